@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian machine for keel and builds it. Idempotent: a second
+# run installs nothing and does an incremental build.
+#
+#   scripts/setup.sh            install what is missing, configure, build
+#   scripts/setup.sh --no-build only install
+#
+# Environment: KEEL_BUILD_DIR (default build), KEEL_PYTHON (python3 used to
+# create .venv), CMAKE_ARGS (extra configure arguments, e.g.
+# -DCMAKE_PREFIX_PATH=/path/to/libtorch).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+build_dir=${KEEL_BUILD_DIR:-build}
+say() { printf '[setup] %s\n' "$*"; }
+
+# 1. Debian packages.
+debs=(build-essential cmake ninja-build pkg-config git python3-venv zlib1g-dev
+      libyaml-cpp-dev libspdlog-dev libfmt-dev libsentencepiece-dev sentencepiece
+      libcli11-dev nlohmann-json3-dev libgtest-dev)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  say "installing Debian packages: ${missing[*]}"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  say "Debian packages: all present"
+fi
+
+# 2. Python environment with the pinned PyTorch wheel (its LibTorch is what we link).
+py=${KEEL_PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $($py --version 2>&1)"
+  "$py" -m venv .venv
+fi
+req_hash=$(sha256sum scripts/requirements.txt | cut -c1-16)
+if [ "$(cat .venv/.keel-requirements 2>/dev/null)" != "$req_hash" ]; then
+  say "installing Python packages from scripts/requirements.txt (PyTorch wheel is large; first time only)"
+  .venv/bin/pip install --quiet --disable-pip-version-check -r scripts/requirements.txt
+  echo "$req_hash" > .venv/.keel-requirements
+else
+  say "Python packages: up to date"
+fi
+
+[ "${1:-}" = "--no-build" ] && exit 0
+
+# 3. Configure (once) and build.
+if [ ! -f "$build_dir/build.ninja" ]; then
+  say "configuring $build_dir"
+  # shellcheck disable=SC2086
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+fi
+jobs=${KEEL_JOBS:-$(nproc)}
+say "building ($jobs jobs)"
+cmake --build "$build_dir" -j "$jobs"
+say "done: $root/$build_dir/keel"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Sets up and builds keel, then runs the whole test suite (C++ via CTest,
+# then the Python parity tests). Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+build_dir=${KEEL_BUILD_DIR:-build}
+echo "[test] ctest"
+ctest --test-dir "$build_dir" --output-on-failure -j "${KEEL_TEST_JOBS:-2}"
+if compgen -G "tests/python/test_*.py" > /dev/null; then
+  echo "[test] pytest"
+  .venv/bin/python -m pytest -q tests/python
+fi

@@ -1,0 +1,17 @@
+// Subcommand entry points. Each returns the process exit code:
+// 0 ok, 2 bad input (config, files), 3 training halted on a non-finite value.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace keel {
+
+int cmd_validate(const std::string& config_path, const std::vector<std::string>& overrides);
+int cmd_describe();
+int cmd_smoke(const std::string& config_path, const std::vector<std::string>& overrides);
+
+// Prints "error: ..." lines for a config problem and returns 2.
+int report_config_error(const std::string& what);
+
+}  // namespace keel

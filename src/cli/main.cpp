@@ -1,0 +1,45 @@
+// keel: pretrain small language models and study why their training goes unstable.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"keel: pretrain small decoder-only transformers and study their stability"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("keel ") + KEEL_VERSION);
+
+  std::string config_path;
+  std::vector<std::string> overrides;
+  auto add_config_args = [&](CLI::App* cmd) {
+    cmd->add_option("config", config_path, "run configuration (YAML)")->required();
+    cmd->add_option("--set", overrides, "override a key: --set train.lr=1e-3 (repeatable)");
+  };
+
+  auto* validate = app.add_subcommand("validate", "print the fully resolved config, or every error in it");
+  add_config_args(validate);
+
+  auto* config_cmd = app.add_subcommand("config", "describe every config key");
+  bool describe = false;
+  config_cmd->add_flag("--describe", describe, "print every key with type, default and description");
+
+  auto* smoke = app.add_subcommand("smoke", "build the model and run one forward/backward pass");
+  add_config_args(smoke);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    if (*validate) return keel::cmd_validate(config_path, overrides);
+    if (*config_cmd) return keel::cmd_describe();
+    if (*smoke) return keel::cmd_smoke(config_path, overrides);
+  } catch (const std::exception& e) {
+    std::cerr << "keel: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,180 @@
+// keel's run configuration: one YAML file with sections model, data, train,
+// monitor, checkpoint, dist and run. Each field's initial value here is its
+// default; its description and bounds live beside its declaration in the
+// section's *_config.cpp file.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "config/data_config.h"
+#include "config/schema.h"
+
+namespace keel {
+
+struct QKNormConfig {
+  std::string type = "none";            // none | rms | layernorm | l2
+  std::string scope = "head";           // head | projection
+  std::string position = "before_rope"; // before_rope | after_rope
+  bool gain = true;                     // learnable per-dimension gain
+  bool gain_per_head = false;           // head scope: one gain per head instead of shared
+  bool bias = false;                    // layernorm: learnable bias (Chameleon)
+  double eps = 1e-6;
+  // l2 only: a learned temperature replaces 1/sqrt(head_dim) (Henry et al. 2020).
+  bool temperature_learnable = true;
+  bool temperature_per_head = false;
+  std::optional<double> temperature_init;  // null: log2(L^2 - L) with L = henry_seq_len
+  int64_t henry_seq_len = 0;               // 0: model.max_seq_len
+};
+
+struct InitConfig {
+  double std = 0.02;
+  bool depth_scaled = true;                // output projections: std / sqrt(2 * n_layers)
+  std::optional<double> truncate;          // truncate at +-k std; null: no truncation
+};
+
+struct ModelConfig {
+  int64_t vocab_size = 4096;
+  int64_t pad_vocab_multiple = 64;
+  int64_t max_seq_len = 256;
+  int64_t d_model = 128;
+  int64_t n_layers = 4;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 2;
+  int64_t d_ff = 0;                        // 0: 4*d_model (gelu) or 8/3*d_model rounded to 64 (swiglu)
+  std::string mlp = "swiglu";              // swiglu | gelu
+  std::string norm = "rms";                // rms | layernorm
+  double norm_eps = 1e-5;
+  std::string norm_placement = "pre";      // pre | post | reordered | sandwich
+  bool bias = false;
+  bool tie_embeddings = false;
+  bool rope = true;
+  double rope_theta = 10000.0;
+  QKNormConfig qk_norm;
+  std::optional<double> attn_softcap;      // null: off
+  std::optional<double> final_softcap;     // null: off
+  std::string embed_norm = "none";         // none | scale_sqrt_d | layernorm | rmsnorm
+  std::optional<double> query_pre_attn_scalar;  // null: scale = 1/sqrt(head_dim)
+  InitConfig init;
+
+  int64_t head_dim() const { return n_heads > 0 ? d_model / n_heads : 0; }
+  int64_t padded_vocab() const {
+    int64_t m = pad_vocab_multiple > 0 ? pad_vocab_multiple : 1;
+    return (vocab_size + m - 1) / m * m;
+  }
+  int64_t ffn_dim() const;
+};
+
+struct TrainConfig {
+  std::string device = "auto";             // auto | cpu | cuda
+  int64_t max_steps = 600;
+  int64_t batch_size = 16;                 // global batch, in sequences
+  int64_t batch_tokens = 0;                // global batch in tokens (overrides batch_size when > 0)
+  int64_t micro_batch_size = 0;            // per rank per micro-step; 0: whole per-rank batch
+  int64_t seq_len = 0;                     // 0: model.max_seq_len
+  double lr = 3e-3;
+  double min_lr = 3e-4;                    // schedule floor
+  int64_t warmup_steps = 50;
+  std::string schedule = "cosine";         // cosine | linear | constant | wsd
+  double decay_fraction = 0.2;             // wsd: fraction of steps in the final decay
+  double weight_decay = 0.1;
+  bool independent_weight_decay = false;   // Wortsman et al.: decay not multiplied by lr/peak_lr
+  bool decay_embeddings = false;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  std::string optimizer_impl = "auto";     // auto | fused | foreach | reference
+  double grad_clip = 1.0;                  // 0: off
+  double z_loss = 0.0;
+  std::string precision = "auto";          // auto | fp32 | bf16
+  bool tf32 = true;
+  int64_t threads = 0;                     // CPU threads; 0: all cores of this rank
+  int64_t log_every = 10;
+  int64_t eval_every = 100;
+  int64_t eval_batches = 8;
+  std::string nonfinite = "halt";          // halt | skip
+};
+
+struct MonitorConfig {
+  int64_t every = 50;                      // attention/logit statistics every N steps (0: off)
+  int64_t sequences = 2;                   // sequences of the batch used for statistics
+  bool layer_grad_norms = false;
+  int64_t spike_window = 128;
+  double spike_threshold = 6.0;
+  int64_t spike_warmup = 64;
+  int64_t spike_score_window = 1000;
+  double spike_score_sigma = 7.0;
+  bool skip_on_spike = false;
+  double diverge_loss_factor = 3.0;        // diverged when loss > factor * initial loss
+  double diverge_attn_logit = 1e4;         // diverged when layer-0 max attention logit exceeds this
+  bool stop_on_divergence = false;
+};
+
+struct CheckpointConfig {
+  int64_t every = 200;                     // steps between checkpoints (0: only at the end)
+  int64_t keep_last = 3;
+  int64_t keep_every = 0;                  // also keep every N-th step for ever (0: off)
+  bool at_end = true;
+};
+
+struct DistConfig {
+  std::string backend = "auto";            // auto | nccl | gloo
+  double timeout_s = 300.0;
+};
+
+struct RunConfig {
+  std::string name = "default";
+  std::string out_dir = "runs";
+  int64_t seed = 1337;
+  bool overwrite = false;                  // allow replacing an existing run directory
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  MonitorConfig monitor;
+  CheckpointConfig checkpoint;
+  DistConfig dist;
+  RunConfig run;
+
+  int64_t seq_len() const { return train.seq_len > 0 ? train.seq_len : model.max_seq_len; }
+};
+
+// Thrown with every problem found, one per line; the CLI prints it and exits 2.
+class ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(const ConfigErrors& errors)
+      : std::runtime_error(errors.joined()), errors_(errors) {}
+  const ConfigErrors& errors() const { return errors_; }
+
+ private:
+  ConfigErrors errors_;
+};
+
+// Section declarations, one per *_config.cpp.
+void declare_model_keys(Schema& s, ModelConfig& m);
+void declare_train_keys(Schema& s, TrainConfig& t);
+void declare_monitor_keys(Schema& s, MonitorConfig& m);
+void declare_checkpoint_keys(Schema& s, CheckpointConfig& c);
+void declare_dist_keys(Schema& s, DistConfig& d);
+void declare_run_keys(Schema& s, RunConfig& r);
+
+// Cross-key checks that a single key's bounds cannot express.
+void check_model(const ModelConfig& m, ConfigErrors& errors);
+void check_train(const Config& c, ConfigErrors& errors);
+void check_data(const Config& c, ConfigErrors& errors);
+
+Schema make_schema(Config& config);
+// Defaults, then the file (if any), then the overrides, then validation.
+// Throws ConfigError listing every problem.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+Config config_from_yaml_text(const std::string& text, const std::vector<std::string>& overrides = {});
+void validate(Config& config);  // throws ConfigError
+std::string config_to_yaml(const Config& config);
+std::string describe_config();
+
+}  // namespace keel

@@ -1,0 +1,122 @@
+// model.* keys: the architecture. See REFERENCE.md §1-§3 for the published
+// definitions behind norm_placement, qk_norm, softcaps and embed_norm.
+#include <cmath>
+
+#include "config/config.h"
+
+namespace keel {
+
+int64_t ModelConfig::ffn_dim() const {
+  if (d_ff > 0) return d_ff;
+  if (mlp == "gelu") return 4 * d_model;
+  // SwiGLU keeps the parameter count of a 4x GELU MLP: 2/3 * 4d, rounded up to 64.
+  int64_t raw = (8 * d_model + 2) / 3;
+  return (raw + 63) / 64 * 64;
+}
+
+void declare_model_keys(Schema& s, ModelConfig& m) {
+  s.integer("model.vocab_size", &m.vocab_size, "tokenizer vocabulary size").min = 2;
+  s.integer("model.pad_vocab_multiple", &m.pad_vocab_multiple,
+            "pad the embedding/output rows to a multiple of this; padded ids are never predicted")
+      .min = 1;
+  s.integer("model.max_seq_len", &m.max_seq_len, "context length the model is built for").min = 1;
+  s.integer("model.d_model", &m.d_model, "width of the residual stream").min = 1;
+  s.integer("model.n_layers", &m.n_layers, "number of transformer blocks").min = 1;
+  s.integer("model.n_heads", &m.n_heads, "query heads per attention layer").min = 1;
+  s.integer("model.n_kv_heads", &m.n_kv_heads, "key/value heads (1 = MQA, n_heads = MHA)").min = 1;
+  s.integer("model.d_ff", &m.d_ff, "MLP hidden width; 0 = 4*d_model (gelu) or 8/3*d_model rounded to 64 (swiglu)")
+      .min = 0;
+  s.choice("model.mlp", &m.mlp, {"swiglu", "gelu"}, "MLP type");
+  s.choice("model.norm", &m.norm, {"rms", "layernorm"}, "norm used in blocks and the final norm");
+  s.real("model.norm_eps", &m.norm_eps, "epsilon of block and final norms").min = 0;
+  s.choice("model.norm_placement", &m.norm_placement, {"pre", "post", "reordered", "sandwich"},
+           "block layout: pre x+f(n(x)); post n(x+f(x)); reordered (OLMo 2) x+n(f(x)); "
+           "sandwich (Gemma 2) x+n2(f(n1(x)))");
+  s.boolean("model.bias", &m.bias, "biases in linear layers and LayerNorms");
+  s.boolean("model.tie_embeddings", &m.tie_embeddings, "output head shares the embedding matrix");
+  s.boolean("model.rope", &m.rope, "rotary position embeddings on q and k");
+  s.real("model.rope_theta", &m.rope_theta, "RoPE base frequency").min = 1;
+
+  s.choice("model.qk_norm.type", &m.qk_norm.type, {"none", "rms", "layernorm", "l2"},
+           "normalisation of queries and keys before the dot product");
+  s.choice("model.qk_norm.scope", &m.qk_norm.scope, {"head", "projection"},
+           "normalise each head's vector (Qwen3) or the whole projection (OLMo 2)");
+  s.choice("model.qk_norm.position", &m.qk_norm.position, {"before_rope", "after_rope"},
+           "apply the norm before or after the rotary embedding");
+  s.boolean("model.qk_norm.gain", &m.qk_norm.gain, "learnable per-dimension gain, initialised to 1");
+  s.boolean("model.qk_norm.gain_per_head", &m.qk_norm.gain_per_head,
+            "head scope: a gain per head (Chameleon) instead of one shared by heads (Qwen3)");
+  s.boolean("model.qk_norm.bias", &m.qk_norm.bias, "layernorm type: learnable bias (Chameleon)");
+  s.real("model.qk_norm.eps", &m.qk_norm.eps, "epsilon of the q/k norm").min = 0;
+  s.boolean("model.qk_norm.temperature_learnable", &m.qk_norm.temperature_learnable,
+            "l2 type: learn the temperature that replaces 1/sqrt(head_dim)");
+  s.boolean("model.qk_norm.temperature_per_head", &m.qk_norm.temperature_per_head,
+            "l2 type: one temperature per head instead of one per layer");
+  auto& t = s.optional_real("model.qk_norm.temperature_init", &m.qk_norm.temperature_init,
+                            "l2 type: initial temperature; null = log2(L^2-L), Henry et al. 2020");
+  t.min = 0;
+  t.min_exclusive = true;
+  s.integer("model.qk_norm.henry_seq_len", &m.qk_norm.henry_seq_len,
+            "L in log2(L^2-L); 0 = model.max_seq_len")
+      .min = 0;
+
+  auto& ac = s.optional_real("model.attn_softcap", &m.attn_softcap,
+                             "cap*tanh(s/cap) on attention scores, fp32 (Gemma 2: 50); null = off");
+  ac.min = 0;
+  ac.min_exclusive = true;
+  auto& fc = s.optional_real("model.final_softcap", &m.final_softcap,
+                             "cap*tanh(z/cap) on output logits, fp32 (Gemma 2: 30); null = off");
+  fc.min = 0;
+  fc.min_exclusive = true;
+  s.choice("model.embed_norm", &m.embed_norm, {"none", "scale_sqrt_d", "layernorm", "rmsnorm"},
+           "after the embedding lookup: Gemma's sqrt(d) scale, BLOOM's LayerNorm, or a "
+           "parameter-free RMSNorm (modded-nanogpt)");
+  auto& q = s.optional_real("model.query_pre_attn_scalar", &m.query_pre_attn_scalar,
+                            "attention scale = this^-0.5 (Gemma 2: 256); null = head_dim");
+  q.min = 0;
+  q.min_exclusive = true;
+
+  s.real("model.init.std", &m.init.std, "std of the normal init of linear and embedding weights").min = 0;
+  s.boolean("model.init.depth_scaled", &m.init.depth_scaled,
+            "output projections use std/sqrt(2*n_layers) (GPT-2)");
+  auto& tr = s.optional_real("model.init.truncate", &m.init.truncate,
+                             "truncate the normal at +-k std; null = no truncation");
+  tr.min = 0;
+  tr.min_exclusive = true;
+}
+
+void check_model(const ModelConfig& m, ConfigErrors& e) {
+  if (m.n_heads > 0 && m.d_model % m.n_heads != 0)
+    e.add("model.d_model", std::to_string(m.d_model) + " is not divisible by model.n_heads = " +
+                               std::to_string(m.n_heads));
+  if (m.n_kv_heads > 0 && m.n_heads % m.n_kv_heads != 0)
+    e.add("model.n_heads", std::to_string(m.n_heads) + " is not divisible by model.n_kv_heads = " +
+                               std::to_string(m.n_kv_heads));
+  if (m.n_kv_heads > m.n_heads)
+    e.add("model.n_kv_heads", std::to_string(m.n_kv_heads) + " exceeds model.n_heads = " +
+                                  std::to_string(m.n_heads));
+  if (m.rope && m.n_heads > 0 && m.d_model % m.n_heads == 0 && m.head_dim() % 2 != 0)
+    e.add("model.d_model", "head_dim = d_model/n_heads = " + std::to_string(m.head_dim()) +
+                               " is odd; RoPE rotates pairs of dimensions (set model.rope: false or "
+                               "change d_model/n_heads)");
+  const auto& q = m.qk_norm;
+  if (q.type == "l2" && q.bias)
+    e.add("model.qk_norm.bias", "only the layernorm type has a bias");
+  if (q.type == "rms" && q.bias)
+    e.add("model.qk_norm.bias", "RMSNorm has no bias; use type: layernorm");
+  if (q.type != "l2" && q.temperature_init)
+    e.add("model.qk_norm.temperature_init", "only used with type: l2 (got type: " + q.type + ")");
+  if (q.type == "l2") {
+    int64_t L = q.henry_seq_len > 0 ? q.henry_seq_len : m.max_seq_len;
+    if (!q.temperature_init && L < 2)
+      e.add("model.qk_norm.henry_seq_len", "log2(L^2-L) needs L >= 2");
+    if (m.query_pre_attn_scalar)
+      e.add("model.query_pre_attn_scalar",
+            "conflicts with model.qk_norm.type: l2, whose temperature replaces the attention scale");
+  }
+  if (q.scope == "projection" && q.gain_per_head)
+    e.add("model.qk_norm.gain_per_head", "projection scope already has one gain per dimension of "
+                                         "the whole projection");
+}
+
+}  // namespace keel

@@ -1,0 +1,127 @@
+// train.* keys (optimizer, schedule, batch) and the small sections monitor,
+// checkpoint, dist and run.
+#include "config/config.h"
+
+namespace keel {
+
+void declare_train_keys(Schema& s, TrainConfig& t) {
+  s.choice("train.device", &t.device, {"auto", "cpu", "cuda"}, "auto = cuda when available");
+  s.integer("train.max_steps", &t.max_steps, "optimizer steps to train").min = 1;
+  s.integer("train.batch_size", &t.batch_size, "global batch in sequences (all ranks, all micro-steps)")
+      .min = 1;
+  s.integer("train.batch_tokens", &t.batch_tokens,
+            "global batch in tokens; when > 0 it sets batch_size = batch_tokens / seq_len")
+      .min = 0;
+  s.integer("train.micro_batch_size", &t.micro_batch_size,
+            "sequences per rank per forward/backward; 0 = the whole per-rank batch (no accumulation)")
+      .min = 0;
+  s.integer("train.seq_len", &t.seq_len, "tokens per training sequence; 0 = model.max_seq_len").min = 0;
+  auto& lr = s.real("train.lr", &t.lr, "peak learning rate");
+  lr.min = 0;
+  lr.min_exclusive = true;
+  s.real("train.min_lr", &t.min_lr, "learning-rate floor at the end of the decay").min = 0;
+  s.integer("train.warmup_steps", &t.warmup_steps, "linear warm-up steps from 0 to train.lr").min = 0;
+  s.choice("train.schedule", &t.schedule, {"cosine", "linear", "constant", "wsd"},
+           "decay after warm-up (wsd = warmup-stable-decay)");
+  auto& df = s.real("train.decay_fraction", &t.decay_fraction, "wsd: fraction of steps spent decaying");
+  df.min = 0;
+  df.max = 1;
+  s.real("train.weight_decay", &t.weight_decay, "AdamW decoupled weight decay").min = 0;
+  s.boolean("train.independent_weight_decay", &t.independent_weight_decay,
+            "decay scaled by lr/peak_lr instead of lr (Wortsman et al. 2023)");
+  s.boolean("train.decay_embeddings", &t.decay_embeddings, "apply weight decay to embeddings");
+  auto& b1 = s.real("train.beta1", &t.beta1, "AdamW beta1");
+  b1.min = 0;
+  b1.max = 1;
+  auto& b2 = s.real("train.beta2", &t.beta2, "AdamW beta2");
+  b2.min = 0;
+  b2.max = 1;
+  auto& ep = s.real("train.eps", &t.eps, "AdamW epsilon");
+  ep.min = 0;
+  ep.min_exclusive = true;
+  s.choice("train.optimizer_impl", &t.optimizer_impl, {"auto", "fused", "foreach", "reference"},
+           "AdamW kernel: fused (one kernel), foreach, or the readable reference");
+  s.real("train.grad_clip", &t.grad_clip, "global gradient-norm clip; 0 = off").min = 0;
+  s.real("train.z_loss", &t.z_loss, "coefficient of the z-loss (log Z)^2; 0 = off (PaLM: 1e-4)").min = 0;
+  s.choice("train.precision", &t.precision, {"auto", "fp32", "bf16"},
+           "auto = bf16 autocast on CUDA, fp32 on CPU");
+  s.boolean("train.tf32", &t.tf32, "allow TF32 matmuls on CUDA");
+  s.integer("train.threads", &t.threads, "CPU threads per rank; 0 = cores / local ranks").min = 0;
+  s.integer("train.log_every", &t.log_every, "steps between progress lines and metrics").min = 1;
+  s.integer("train.eval_every", &t.eval_every, "steps between validation evals; 0 = only at the end").min = 0;
+  s.integer("train.eval_batches", &t.eval_batches, "validation batches per eval").min = 1;
+  s.choice("train.nonfinite", &t.nonfinite, {"halt", "skip"},
+           "on a non-finite loss or gradient: halt (exit 3) or skip the update");
+}
+
+void declare_monitor_keys(Schema& s, MonitorConfig& m) {
+  s.integer("monitor.every", &m.every, "steps between attention/logit statistics; 0 = off").min = 0;
+  s.integer("monitor.sequences", &m.sequences, "sequences of the batch used for statistics").min = 1;
+  s.boolean("monitor.layer_grad_norms", &m.layer_grad_norms, "log per-layer gradient norms");
+  s.integer("monitor.spike_window", &m.spike_window, "rolling window of the spike z-score").min = 2;
+  auto& th = s.real("monitor.spike_threshold", &m.spike_threshold, "z-score that flags a spike");
+  th.min = 0;
+  th.min_exclusive = true;
+  s.integer("monitor.spike_warmup", &m.spike_warmup, "values needed before spikes are flagged").min = 2;
+  s.integer("monitor.spike_score_window", &m.spike_score_window,
+            "rolling window of the OLMo 2 spike score")
+      .min = 2;
+  auto& ss = s.real("monitor.spike_score_sigma", &m.spike_score_sigma, "OLMo 2 spike score: sigmas");
+  ss.min = 0;
+  ss.min_exclusive = true;
+  s.boolean("monitor.skip_on_spike", &m.skip_on_spike, "skip the optimizer update on a flagged spike");
+  auto& lf = s.real("monitor.diverge_loss_factor", &m.diverge_loss_factor,
+                    "diverged when loss exceeds this times the initial loss");
+  lf.min = 1;
+  auto& al = s.real("monitor.diverge_attn_logit", &m.diverge_attn_logit,
+                    "diverged when layer-0 max attention logit exceeds this (Wortsman et al.)");
+  al.min = 0;
+  al.min_exclusive = true;
+  s.boolean("monitor.stop_on_divergence", &m.stop_on_divergence, "stop the run once diverged");
+}
+
+void declare_checkpoint_keys(Schema& s, CheckpointConfig& c) {
+  s.integer("checkpoint.every", &c.every, "steps between checkpoints; 0 = only at the end").min = 0;
+  s.integer("checkpoint.keep_last", &c.keep_last, "checkpoints kept (newest first)").min = 1;
+  s.integer("checkpoint.keep_every", &c.keep_every, "also keep every N-th step for ever; 0 = off").min = 0;
+  s.boolean("checkpoint.at_end", &c.at_end, "save when training ends");
+}
+
+void declare_dist_keys(Schema& s, DistConfig& d) {
+  s.choice("dist.backend", &d.backend, {"auto", "nccl", "gloo"}, "auto = nccl on CUDA, gloo on CPU");
+  auto& t = s.real("dist.timeout_s", &d.timeout_s, "collective timeout; a dead worker ends the run after this");
+  t.min = 0;
+  t.min_exclusive = true;
+}
+
+void declare_run_keys(Schema& s, RunConfig& r) {
+  s.text("run.name", &r.name, "run directory name under run.out_dir");
+  s.text("run.out_dir", &r.out_dir, "where run directories are created");
+  s.integer("run.seed", &r.seed, "seed of init, data order and sampling").min = 0;
+  s.boolean("run.overwrite", &r.overwrite, "replace an existing run directory of the same name");
+}
+
+void check_train(const Config& c, ConfigErrors& e) {
+  const auto& t = c.train;
+  if (t.warmup_steps > t.max_steps)
+    e.add("train.warmup_steps", std::to_string(t.warmup_steps) + " is longer than train.max_steps = " +
+                                    std::to_string(t.max_steps));
+  if (t.min_lr > t.lr)
+    e.add("train.min_lr", "floor exceeds the peak train.lr");
+  if (c.seq_len() > c.model.max_seq_len)
+    e.add("train.seq_len", std::to_string(c.seq_len()) + " exceeds model.max_seq_len = " +
+                               std::to_string(c.model.max_seq_len));
+  if (t.batch_tokens > 0 && t.batch_tokens % c.seq_len() != 0)
+    e.add("train.batch_tokens", std::to_string(t.batch_tokens) + " is not a multiple of the sequence length " +
+                                    std::to_string(c.seq_len()));
+  int64_t batch = t.batch_tokens > 0 ? t.batch_tokens / c.seq_len() : t.batch_size;
+  if (t.micro_batch_size > 0 && batch % t.micro_batch_size != 0)
+    e.add("train.micro_batch_size", std::to_string(t.micro_batch_size) +
+                                        " does not divide the global batch of " + std::to_string(batch) +
+                                        " sequences");
+  if (c.run.name.empty() || c.run.name.find('/') != std::string::npos || c.run.name == "." ||
+      c.run.name == "..")
+    e.add("run.name", "'" + c.run.name + "' must be a non-empty name without '/'");
+}
+
+}  // namespace keel

@@ -1,0 +1,77 @@
+#include "model/init.h"
+
+#include <cmath>
+
+namespace keel {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// N(0, std), optionally truncated at +-k std by inverse-CDF sampling (the
+// method of torch.nn.init.trunc_normal_), drawn from `gen` on the CPU.
+void fill_normal(torch::Tensor& t, double std, c10::optional<double> truncate, at::Generator& gen) {
+  torch::NoGradGuard no_grad;
+  auto cpu = torch::empty(t.sizes(), torch::kFloat32);
+  if (!truncate) {
+    cpu.normal_(0.0, std, gen);
+  } else {
+    const double k = *truncate;
+    auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
+    const double lo = cdf(-k), hi = cdf(k);
+    cpu.uniform_(2 * lo - 1, 2 * hi - 1, gen);
+    cpu.erfinv_().mul_(std * std::sqrt(2.0)).clamp_(-k * std, k * std);
+  }
+  t.copy_(cpu);
+}
+
+double initial_temperature(const ModelConfig& cfg) {
+  if (cfg.qk_norm.temperature_init) return *cfg.qk_norm.temperature_init;
+  return henry_temperature(cfg.qk_norm.henry_seq_len > 0 ? cfg.qk_norm.henry_seq_len : cfg.max_seq_len);
+}
+
+}  // namespace
+
+// Rules by parameter name (names are fixed by the modules in transformer.cpp):
+//   *norm*.weight -> 1, *norm*.bias and other biases -> 0,
+//   *temperature  -> qk_norm.temperature_init (or Henry et al.'s log2(L^2-L)),
+//   wo, w_down -> std / sqrt(2 n_layers) when depth_scaled,
+//   every other weight (embeddings, projections, head) -> N(0, std).
+void init_weights(Transformer& model, const ModelConfig& cfg, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const double out_std = cfg.init.depth_scaled ? cfg.init.std / std::sqrt(2.0 * cfg.n_layers) : cfg.init.std;
+  // Parameters first, in registration order, then buffers (non-learnable temperature).
+  for (auto& item : model->named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    if (name.find("norm") != std::string::npos) {
+      if (ends_with(name, "weight")) p.fill_(1.0);
+      else p.zero_();
+    } else if (ends_with(name, "temperature")) {
+      p.fill_(initial_temperature(cfg));
+    } else if (ends_with(name, "bias")) {
+      p.zero_();
+    } else if (ends_with(name, "wo") || ends_with(name, "w_down")) {
+      fill_normal(p, out_std, cfg.init.truncate, gen);
+    } else {
+      fill_normal(p, cfg.init.std, cfg.init.truncate, gen);
+    }
+  }
+  for (auto& item : model->named_buffers(true)) {
+    if (ends_with(item.key(), "temperature")) {
+      item.value().fill_(initial_temperature(cfg));
+    }
+  }
+}
+
+Transformer build_model(const ModelConfig& cfg, uint64_t seed, torch::Device device) {
+  Transformer model(cfg);
+  init_weights(model, cfg, seed);
+  model->to(device);
+  return model;
+}
+
+}  // namespace keel

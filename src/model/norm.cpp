@@ -1,0 +1,60 @@
+#include "model/norm.h"
+
+#include <stdexcept>
+
+namespace keel {
+
+NormKind parse_norm_kind(const std::string& name) {
+  if (name == "rms") return NormKind::rms;
+  if (name == "layernorm") return NormKind::layernorm;
+  if (name == "l2") return NormKind::l2;
+  if (name == "none") return NormKind::none;
+  throw std::invalid_argument("unknown norm kind '" + name + "'");
+}
+
+NormImpl::NormImpl(NormKind kind_, int64_t dim_, bool gain, bool with_bias, double eps_,
+                   std::vector<int64_t> param_shape)
+    : kind(kind_), dim(dim_), eps(eps_) {
+  if (param_shape.empty()) param_shape = {dim};
+  // Values are set by init_weights(); construction only allocates.
+  if (gain && kind != NormKind::none) weight = register_parameter("weight", torch::empty(param_shape));
+  if (with_bias && kind == NormKind::layernorm)
+    bias = register_parameter("bias", torch::empty(param_shape));
+}
+
+torch::Tensor rms_normalize(const torch::Tensor& x, double eps) {
+  return at::rms_norm(x, {x.size(-1)}, c10::nullopt, eps);
+}
+
+torch::Tensor NormImpl::forward(const torch::Tensor& x) {
+  // A gain of shape [dim] can go into the fused kernels; a per-head gain
+  // ([heads, dim]) is applied afterwards by broadcasting.
+  const bool fused_affine = weight.defined() && weight.dim() == 1;
+  torch::Tensor y;
+  switch (kind) {
+    case NormKind::none:
+      return x;
+    case NormKind::rms:
+      y = at::rms_norm(x, {dim}, fused_affine ? c10::optional<at::Tensor>(weight) : c10::nullopt, eps);
+      break;
+    case NormKind::layernorm: {
+      const bool fused_bias = bias.defined() && bias.dim() == 1;
+      y = at::layer_norm(x, {dim}, fused_affine ? c10::optional<at::Tensor>(weight) : c10::nullopt,
+                         fused_bias ? c10::optional<at::Tensor>(bias) : c10::nullopt, eps);
+      if (bias.defined() && !fused_bias) {
+        y = weight.defined() && !fused_affine ? y * weight + bias : y + bias;
+        return y;
+      }
+      break;
+    }
+    case NormKind::l2:
+      // x / max(||x||, eps): unit vectors, so a dot product is a cosine.
+      y = x / x.norm(2, -1, true).clamp_min(eps);
+      if (fused_affine) y = y * weight;
+      break;
+  }
+  if (weight.defined() && !fused_affine) y = y * weight;
+  return y;
+}
+
+}  // namespace keel

@@ -1,0 +1,34 @@
+// Normalisation layers used by blocks, QK-Norm and the embedding.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace keel {
+
+enum class NormKind { rms, layernorm, l2, none };
+NormKind parse_norm_kind(const std::string& name);  // "rms" | "layernorm" | "l2" | "none"
+
+// Normalises over the last `dim` elements. The gain (and bias) have shape
+// `param_shape`, which is [dim] for an ordinary norm or e.g. [n_heads, head_dim]
+// for a QK-Norm with one gain per head; it must broadcast against the input's
+// trailing dimensions.
+class NormImpl : public torch::nn::Module {
+ public:
+  NormImpl(NormKind kind, int64_t dim, bool gain, bool bias, double eps,
+           std::vector<int64_t> param_shape = {});
+  torch::Tensor forward(const torch::Tensor& x);
+
+  NormKind kind;
+  int64_t dim;
+  double eps;
+  torch::Tensor weight;  // undefined when there is no gain
+  torch::Tensor bias;    // undefined when there is no bias
+};
+TORCH_MODULE(Norm);
+
+// Parameter-free RMSNorm over the last dimension (modded-nanogpt's embedding norm).
+torch::Tensor rms_normalize(const torch::Tensor& x, double eps);
+
+}  // namespace keel

@@ -1,0 +1,134 @@
+#include "model/transformer.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace keel {
+
+namespace F = torch::nn::functional;
+
+MlpImpl::MlpImpl(const ModelConfig& cfg) : swiglu(cfg.mlp == "swiglu") {
+  const int64_t C = cfg.d_model, H = cfg.ffn_dim();
+  if (swiglu) w_gate = register_parameter("w_gate", torch::empty({H, C}));
+  w_up = register_parameter("w_up", torch::empty({H, C}));
+  w_down = register_parameter("w_down", torch::empty({C, H}));
+  if (cfg.bias) {
+    if (swiglu) b_gate = register_parameter("w_gate_bias", torch::empty({H}));
+    b_up = register_parameter("w_up_bias", torch::empty({H}));
+    b_down = register_parameter("w_down_bias", torch::empty({C}));
+  }
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  torch::Tensor h = swiglu ? F::silu(F::linear(x, w_gate, b_gate)) * F::linear(x, w_up, b_up)
+                           : torch::gelu(F::linear(x, w_up, b_up));
+  return F::linear(h, w_down, b_down);
+}
+
+NormPlacement parse_norm_placement(const std::string& name) {
+  if (name == "pre") return NormPlacement::pre;
+  if (name == "post") return NormPlacement::post;
+  if (name == "reordered") return NormPlacement::reordered;
+  if (name == "sandwich") return NormPlacement::sandwich;
+  throw std::invalid_argument("unknown norm_placement '" + name + "'");
+}
+
+static Norm make_block_norm(const ModelConfig& cfg) {
+  return Norm(parse_norm_kind(cfg.norm), cfg.d_model, /*gain=*/true, cfg.bias, cfg.norm_eps);
+}
+
+BlockImpl::BlockImpl(const ModelConfig& cfg) : placement(parse_norm_placement(cfg.norm_placement)) {
+  attn = register_module("attn", Attention(cfg));
+  mlp = register_module("mlp", Mlp(cfg));
+  attn_norm = register_module("attn_norm", make_block_norm(cfg));
+  mlp_norm = register_module("mlp_norm", make_block_norm(cfg));
+  if (placement == NormPlacement::sandwich) {
+    attn_post_norm = register_module("attn_post_norm", make_block_norm(cfg));
+    mlp_post_norm = register_module("mlp_post_norm", make_block_norm(cfg));
+  }
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats) {
+  switch (placement) {
+    case NormPlacement::pre: {  // x + f(norm(x))
+      auto h = x + attn->forward(attn_norm->forward(x), rope, stats);
+      return h + mlp->forward(mlp_norm->forward(h));
+    }
+    case NormPlacement::post: {  // norm(x + f(x)), the original Transformer
+      auto h = attn_norm->forward(x + attn->forward(x, rope, stats));
+      return mlp_norm->forward(h + mlp->forward(h));
+    }
+    case NormPlacement::reordered: {  // x + norm(f(x)), OLMo 2
+      auto h = x + attn_norm->forward(attn->forward(x, rope, stats));
+      return h + mlp_norm->forward(mlp->forward(h));
+    }
+    case NormPlacement::sandwich: {  // x + norm_post(f(norm_pre(x))), Gemma 2
+      auto h = x + attn_post_norm->forward(attn->forward(attn_norm->forward(x), rope, stats));
+      return h + mlp_post_norm->forward(mlp->forward(mlp_norm->forward(h)));
+    }
+  }
+  return x;
+}
+
+TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg) {
+  const int64_t V = cfg.padded_vocab(), C = cfg.d_model;
+  wte = register_parameter("wte", torch::empty({V, C}));
+  lm_head = cfg.tie_embeddings ? wte : register_parameter("lm_head", torch::empty({V, C}));
+  if (cfg.embed_norm == "layernorm")
+    embed_norm = register_module("embed_norm", Norm(NormKind::layernorm, C, true, cfg.bias, cfg.norm_eps));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.n_layers; ++i) blocks->push_back(Block(cfg));
+  // Post-LN blocks already end in a norm; the other layouts need a final one.
+  if (cfg.norm_placement != "post") final_norm = register_module("final_norm", make_block_norm(cfg));
+}
+
+const RopeTables& TransformerImpl::rope_tables(int64_t T, torch::Device device) {
+  if (rope_len_ < T || rope_.cos.device() != device) {
+    rope_ = make_rope_tables(std::max(T, cfg_.max_seq_len), cfg_.head_dim(), cfg_.rope_theta, device);
+    rope_len_ = std::max(T, cfg_.max_seq_len);
+  }
+  return rope_;
+}
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& idx, const ForwardOptions& options) {
+  const int64_t T = idx.size(1);
+  TORCH_CHECK(T <= cfg_.max_seq_len, "sequence length ", T, " exceeds model.max_seq_len ", cfg_.max_seq_len);
+  auto x = F::embedding(idx, wte);
+  if (cfg_.embed_norm == "scale_sqrt_d") {
+    // Gemma casts the multiplier to the compute dtype before multiplying.
+    x = x * torch::scalar_tensor(std::sqrt(static_cast<double>(cfg_.d_model)), x.options());
+  } else if (cfg_.embed_norm == "layernorm") {
+    x = embed_norm->forward(x);
+  } else if (cfg_.embed_norm == "rmsnorm") {
+    x = rms_normalize(x, cfg_.norm_eps);
+  }
+  const RopeTables& rope = rope_tables(T, idx.device());
+  auto* all_stats = options.attention_stats;
+  if (all_stats) all_stats->assign(blocks->size(), AttentionStats{});
+  for (size_t i = 0; i < blocks->size(); ++i)
+    x = blocks[i]->as<Block>()->forward(x, rope, all_stats ? &(*all_stats)[i] : nullptr);
+  if (final_norm) x = final_norm->forward(x);
+  auto logits = F::linear(x, lm_head);
+  if (cfg_.final_softcap) {
+    const double cap = *cfg_.final_softcap;
+    logits = cap * torch::tanh(logits.to(torch::kFloat32) / cap);
+  }
+  const int64_t pad = cfg_.padded_vocab() - cfg_.vocab_size;
+  if (pad > 0) logits.narrow(-1, cfg_.vocab_size, pad).fill_(-std::numeric_limits<float>::infinity());
+  return logits;
+}
+
+LossParts language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets, double z_loss_coef) {
+  auto flat = logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32);
+  LossParts out;
+  out.ce = F::cross_entropy(flat, targets.reshape({-1}));
+  out.total = out.ce;
+  if (z_loss_coef > 0) {
+    auto log_z = torch::logsumexp(flat, -1);
+    out.z = log_z.pow(2).mean();
+    out.total = out.ce + z_loss_coef * out.z;
+  }
+  return out;
+}
+
+}  // namespace keel

@@ -1,0 +1,79 @@
+// The decoder-only transformer: embedding, n_layers blocks in one of four norm
+// layouts (REFERENCE.md §2), final norm, output head. Short enough to read in
+// one sitting; every architectural choice is a key in ModelConfig.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "config/config.h"
+#include "model/attention.h"
+#include "model/norm.h"
+#include "model/rope.h"
+
+namespace keel {
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+  bool swiglu;
+  torch::Tensor w_gate, w_up, w_down;  // gelu uses w_up and w_down only
+  torch::Tensor b_gate, b_up, b_down;
+};
+TORCH_MODULE(Mlp);
+
+enum class NormPlacement { pre, post, reordered, sandwich };
+NormPlacement parse_norm_placement(const std::string& name);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats);
+
+  NormPlacement placement;
+  Attention attn{nullptr};
+  Mlp mlp{nullptr};
+  // pre/post/reordered use attn_norm and mlp_norm; sandwich adds the *_post_norm pair.
+  Norm attn_norm{nullptr}, mlp_norm{nullptr}, attn_post_norm{nullptr}, mlp_post_norm{nullptr};
+};
+TORCH_MODULE(Block);
+
+struct ForwardOptions {
+  // Fill one AttentionStats per layer (explicit attention path).
+  std::vector<AttentionStats>* attention_stats = nullptr;
+};
+
+class TransformerImpl : public torch::nn::Module {
+ public:
+  explicit TransformerImpl(const ModelConfig& cfg);
+  // idx: [B, T] int64 token ids. Returns logits [B, T, padded_vocab], fp32 when
+  // a final softcap is set; padded ids get -inf so they are never predicted.
+  torch::Tensor forward(const torch::Tensor& idx, const ForwardOptions& options = {});
+
+  const ModelConfig& config() const { return cfg_; }
+
+  torch::Tensor wte;      // [padded_vocab, d_model]
+  torch::Tensor lm_head;  // [padded_vocab, d_model]; the same tensor as wte when tied
+  Norm embed_norm{nullptr}, final_norm{nullptr};
+  torch::nn::ModuleList blocks;
+
+ private:
+  const RopeTables& rope_tables(int64_t T, torch::Device device);
+  ModelConfig cfg_;
+  RopeTables rope_;
+  int64_t rope_len_ = 0;
+};
+TORCH_MODULE(Transformer);
+
+// Cross entropy over the real vocabulary plus the optional z-loss
+// coef * (log Z)^2 (PaLM). All in fp32.
+struct LossParts {
+  torch::Tensor total;  // what backward() is called on
+  torch::Tensor ce;     // mean cross entropy
+  torch::Tensor z;      // mean (log Z)^2 (before the coefficient)
+};
+LossParts language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets, double z_loss_coef);
+
+}  // namespace keel

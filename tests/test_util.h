@@ -1,0 +1,14 @@
+// Small helpers shared by the test programs.
+#pragma once
+
+#include <string>
+
+namespace keel_test {
+
+// Runs `build/keel ARGS`, capturing stdout+stderr; returns the exit code.
+int run_keel(const std::string& args, std::string* output);
+// A fresh empty directory under the system temp dir.
+std::string make_temp_dir(const std::string& tag);
+std::string source_path(const std::string& relative);
+
+}  // namespace keel_test
