@@ -21,8 +21,8 @@ int cmd_validate(const std::string& path, const std::vector<std::string>& overri
   }
 }
 
-int cmd_describe() {
-  std::cout << describe_config();
+int cmd_describe(bool markdown) {
+  std::cout << describe_config(markdown);
   return 0;
 }
 

@@ -8,8 +8,10 @@
 namespace keel {
 
 int cmd_validate(const std::string& config_path, const std::vector<std::string>& overrides);
-int cmd_describe();
+int cmd_describe(bool markdown);
 int cmd_smoke(const std::string& config_path, const std::vector<std::string>& overrides);
+int cmd_train(const std::string& config_path, const std::vector<std::string>& overrides,
+              const std::string& resume);
 
 // Prints "error: ..." lines for a config problem and returns 2.
 int report_config_error(const std::string& what);

@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "cli/cmd_prepare.h"
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
@@ -22,10 +23,24 @@ int main(int argc, char** argv) {
 
   auto* config_cmd = app.add_subcommand("config", "describe every config key");
   bool describe = false;
+  bool markdown = false;
   config_cmd->add_flag("--describe", describe, "print every key with type, default and description");
+  config_cmd->add_flag("--markdown", markdown, "as a Markdown table (configs/README.md is made from it)");
 
   auto* smoke = app.add_subcommand("smoke", "build the model and run one forward/backward pass");
   add_config_args(smoke);
+
+  auto* train = app.add_subcommand("train", "train a model; progress, metrics and checkpoints go to runs/<name>/");
+  add_config_args(train);
+  std::string resume;
+  train->add_option("--resume", resume, "auto (newest valid checkpoint of the run, else fresh) or a checkpoint path");
+
+  auto* prepare = app.add_subcommand("prepare", "train the tokenizer and write token shards for data.dir");
+  add_config_args(prepare);
+  keel::PrepareCliOptions prepare_options;
+  prepare->add_flag("--force", prepare_options.force, "rebuild data.dir even if it exists");
+  prepare->add_flag("--verify", prepare_options.verify, "only check an existing data.dir (checksums, token ids)");
+  prepare->add_flag("--quiet", prepare_options.quiet, "no progress lines");
 
   try {
     app.parse(argc, argv);
@@ -35,8 +50,10 @@ int main(int argc, char** argv) {
   }
   try {
     if (*validate) return keel::cmd_validate(config_path, overrides);
-    if (*config_cmd) return keel::cmd_describe();
+    if (*config_cmd) return keel::cmd_describe(markdown);
     if (*smoke) return keel::cmd_smoke(config_path, overrides);
+    if (*prepare) return keel::cmd_prepare(config_path, overrides, prepare_options);
+    if (*train) return keel::cmd_train(config_path, overrides, resume);
   } catch (const std::exception& e) {
     std::cerr << "keel: error: " << e.what() << "\n";
     return 1;

@@ -83,9 +83,9 @@ std::string config_to_yaml(const Config& config) {
   return make_schema(copy).to_yaml();
 }
 
-std::string describe_config() {
+std::string describe_config(bool markdown) {
   Config defaults;
-  return make_schema(defaults).describe();
+  return make_schema(defaults).describe(markdown);
 }
 
 }  // namespace keel

@@ -86,7 +86,7 @@ struct TrainConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  std::string optimizer_impl = "auto";     // auto | fused | foreach | reference
+  std::string optimizer_impl = "auto";     // auto | fused | reference
   double grad_clip = 1.0;                  // 0: off
   double z_loss = 0.0;
   std::string precision = "auto";          // auto | fp32 | bf16
@@ -175,6 +175,6 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config config_from_yaml_text(const std::string& text, const std::vector<std::string>& overrides = {});
 void validate(Config& config);  // throws ConfigError
 std::string config_to_yaml(const Config& config);
-std::string describe_config();
+std::string describe_config(bool markdown = false);
 
 }  // namespace keel

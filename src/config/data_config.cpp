@@ -6,21 +6,38 @@ namespace keel {
 
 void declare_data_keys(Schema& s, DataConfig& d) {
   s.text("data.dir", &d.dir, "directory of prepared token shards, manifest and tokenizer");
-  s.text_list("data.sources", &d.sources, "text files, directories or .jsonl(.gz) for `keel prepare`");
+  s.text_list("data.sources", &d.sources,
+              "text files, directories (recursive) or .jsonl files with a \"text\" field; any may be .gz");
   s.text("data.tokenizer", &d.tokenizer, "existing SentencePiece .model to reuse; empty = train one");
-  s.choice("data.tokenizer_type", &d.tokenizer_type, {"bpe", "unigram"}, "SentencePiece model type");
-  s.text("data.doc_separator", &d.doc_separator, "text files: a line equal to this separates documents");
-  auto& v = s.real("data.val_fraction", &d.val_fraction, "fraction of documents held out (by hash)");
+  s.choice("data.tokenizer_type", &d.tokenizer_type, {"bpe", "unigram"}, "SentencePiece model type to train");
+  auto& mb = s.integer("data.tokenizer_sample_mb", &d.tokenizer_sample_mb, "MB of text sampled to train the tokenizer");
+  mb.min = 1;
+  mb.max = 4096;
+  s.text("data.doc_separator", &d.doc_separator,
+         "text files: a line equal to this ends a document; empty = one document per file");
+  auto& v = s.real("data.val_fraction", &d.val_fraction, "fraction of documents held out for validation (by text hash)");
   v.min = 0;
   v.max = 0.5;
-  s.integer("data.tokenizer_sample_mb", &d.tokenizer_sample_mb, "MB of text sampled to train the tokenizer")
-      .min = 1;
-  s.integer("data.shard_tokens", &d.shard_tokens, "tokens per shard file").min = 1024;
-  s.integer("data.prefetch", &d.prefetch, "batches prepared ahead on a background thread").min = 0;
+  auto& st = s.integer("data.shard_tokens", &d.shard_tokens, "tokens per shard file");
+  st.min = 1024;
+  st.max = 1LL << 40;
+  auto& th = s.integer("data.threads", &d.threads, "threads encoding the corpus; 0 = all cores");
+  th.min = 0;
+  th.max = 1024;
+  auto& p = s.integer("data.prefetch", &d.prefetch, "batches prepared ahead on a background thread (0 = off)");
+  p.min = 0;
+  p.max = 64;
+  s.boolean("data.verify", &d.verify, "check every shard's checksum and token ids when training opens it");
 }
 
 void check_data(const Config& c, ConfigErrors& e) {
-  if (c.data.dir.empty()) e.add("data.dir", "must not be empty");
+  const auto& d = c.data;
+  if (d.dir.empty()) e.add("data.dir", "must not be empty");
+  if (d.sources.empty()) e.add("data.sources", "must list at least one file or directory");
+  for (const auto& s : d.sources)
+    if (s.empty()) e.add("data.sources", "contains an empty path");
+  if (d.doc_separator.find('\n') != std::string::npos || d.doc_separator.find('\r') != std::string::npos)
+    e.add("data.doc_separator", "is compared with whole lines, so it cannot contain a line break");
 }
 
 }  // namespace keel

@@ -1,5 +1,6 @@
 // data.* keys: where the prepared token shards live and how `keel prepare`
-// builds them. Owned by the data pipeline (src/data/).
+// builds them. Owned by the data pipeline (src/data/); the semantics of each
+// key are documented where it is used (see src/data/prepare.h).
 #pragma once
 
 #include <cstdint>
@@ -15,11 +16,13 @@ struct DataConfig {
   std::vector<std::string> sources = {"data/corpus.txt.gz"}; // inputs for `keel prepare`
   std::string tokenizer = "";              // existing .model to reuse; empty: train one
   std::string tokenizer_type = "bpe";      // bpe | unigram
-  std::string doc_separator = "";          // text files: split documents on this line
-  double val_fraction = 0.02;              // documents held out for validation (by hash)
   int64_t tokenizer_sample_mb = 16;        // MB of text used to train the tokenizer
+  std::string doc_separator = "<|endoftext|>"; // text files: a line equal to this ends a document
+  double val_fraction = 0.05;              // documents held out for validation (by hash)
   int64_t shard_tokens = 16777216;         // tokens per shard
+  int64_t threads = 0;                     // encoding threads; 0: all cores
   int64_t prefetch = 2;                    // batches prepared ahead on a background thread
+  bool verify = true;                      // loader checks every shard's checksum and ids on open
 };
 void declare_data_keys(Schema& s, DataConfig& d);
 

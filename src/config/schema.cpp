@@ -375,8 +375,20 @@ static std::string bounds_text(const KeyDef& key) {
   return b;
 }
 
-std::string Schema::describe() const {
+std::string Schema::describe(bool markdown) const {
   std::ostringstream out;
+  if (markdown) {
+    out << "| key | type | default | description |\n|---|---|---|---|\n";
+    for (const auto& key : keys_) {
+      std::string help = key.help;
+      std::string b = bounds_text(key);
+      if (!b.empty()) help += " [" + b + "]";
+      for (size_t pos = 0; (pos = help.find('|', pos)) != std::string::npos; pos += 2) help.replace(pos, 1, "\\|");
+      out << "| `" << key.path << "` | " << kind_name(key.kind) << " | `" << value_string(key) << "` | " << help
+          << " |\n";
+    }
+    return out.str();
+  }
   out << std::left << std::setw(38) << "key" << std::setw(12) << "type" << std::setw(14) << "default"
       << "description\n";
   for (const auto& key : keys_) {

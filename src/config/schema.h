@@ -63,7 +63,7 @@ class Schema {
 
   std::string value_string(const KeyDef& key) const;  // YAML-formatted value
   std::string to_yaml() const;                          // whole resolved config
-  std::string describe() const;                         // table of keys
+  std::string describe(bool markdown = false) const;     // table of keys
   std::string closest_key(const std::string& path) const;
 
  private:

@@ -39,8 +39,8 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   auto& ep = s.real("train.eps", &t.eps, "AdamW epsilon");
   ep.min = 0;
   ep.min_exclusive = true;
-  s.choice("train.optimizer_impl", &t.optimizer_impl, {"auto", "fused", "foreach", "reference"},
-           "AdamW kernel: fused (one kernel), foreach, or the readable reference");
+  s.choice("train.optimizer_impl", &t.optimizer_impl, {"auto", "fused", "reference"},
+           "AdamW kernel: fused (at::_fused_adamw_, CPU and CUDA) or the readable reference loop");
   s.real("train.grad_clip", &t.grad_clip, "global gradient-norm clip; 0 = off").min = 0;
   s.real("train.z_loss", &t.z_loss, "coefficient of the z-loss (log Z)^2; 0 = off (PaLM: 1e-4)").min = 0;
   s.choice("train.precision", &t.precision, {"auto", "fp32", "bf16"},

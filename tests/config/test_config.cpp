@@ -1,18 +1,177 @@
+// Strict configs: every broken config is rejected with its key path, all
+// errors in one pass, and every shipped config validates.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "config/config.h"
+#include "test_util.h"
 
 using namespace keel;
+
+namespace {
+
+// Returns the error text for a config that must be rejected ("" if accepted).
+std::string rejection(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    config_from_yaml_text(yaml, overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct BrokenCase {
+  const char* yaml;
+  const char* path;      // must appear in the message
+  const char* contains;  // and so must this
+};
+
+const BrokenCase kBroken[] = {
+    {"model:\n  qk_nrom: {type: rms}\n", "model.qk_nrom", "did you mean model.qk_norm?"},
+    {"model:\n  d_modle: 64\n", "model.d_modle", "did you mean model.d_model?"},
+    {"trian:\n  lr: 0.1\n", "trian", "did you mean train?"},
+    {"model:\n  d_model: abc\n", "model.d_model", "expected an integer"},
+    {"model:\n  d_model: 64.5\n", "model.d_model", "expected an integer"},
+    {"train:\n  lr: fast\n", "train.lr", "expected a number"},
+    {"model:\n  bias: maybe\n", "model.bias", "expected true or false"},
+    {"model:\n  norm_placement: middle\n", "model.norm_placement", "pre | post | reordered | sandwich"},
+    {"model:\n  qk_norm:\n    type: l3\n", "model.qk_norm.type", "none | rms | layernorm | l2"},
+    {"model:\n  d_model: 130\n  n_heads: 4\n", "model.d_model", "not divisible by model.n_heads"},
+    {"model:\n  n_heads: 6\n  d_model: 192\n  n_kv_heads: 4\n", "model.n_heads", "not divisible by model.n_kv_heads"},
+    {"model:\n  d_model: 12\n  n_heads: 4\n  n_kv_heads: 4\n", "model.d_model", "is odd"},
+    {"model:\n  attn_softcap: 0\n", "model.attn_softcap", "must be > 0"},
+    {"model:\n  final_softcap: -30\n", "model.final_softcap", "must be > 0"},
+    {"train:\n  warmup_steps: 700\n  max_steps: 600\n", "train.warmup_steps", "longer than train.max_steps"},
+    {"model:\n  n_layers: 0\n", "model.n_layers", "must be >= 1"},
+    {"train:\n  lr: 0\n", "train.lr", "must be > 0"},
+    {"train:\n  beta2: 1.5\n", "train.beta2", "must be <= 1"},
+    {"train:\n  seq_len: 512\nmodel:\n  max_seq_len: 256\n", "train.seq_len", "exceeds model.max_seq_len"},
+    {"train:\n  batch_size: 10\n  micro_batch_size: 4\n", "train.micro_batch_size", "does not divide"},
+    {"model:\n  qk_norm: {type: rms, temperature_init: 3}\n", "model.qk_norm.temperature_init", "only used with type: l2"},
+    {"model:\n  qk_norm: {type: rms, bias: true}\n", "model.qk_norm.bias", "RMSNorm has no bias"},
+    {"model:\n  n_kv_heads: 8\n  n_heads: 4\n", "model.n_kv_heads", "exceeds model.n_heads"},
+    {"model: 5\n", "model", "is a section"},
+    {"run:\n  name: a/b\n", "run.name", "without '/'"},
+    {"model:\n  d_model: [1, 2]\n", "model.d_model", "got a list"},
+};
+
+}  // namespace
 
 TEST(Config, DefaultsValidate) {
   Config c;
   EXPECT_NO_THROW(validate(c));
 }
 
-TEST(Config, RoundTripThroughYaml) {
-  Config c = config_from_yaml_text("model:\n  d_model: 64\n  qk_norm:\n    type: l2\n");
-  Config d = config_from_yaml_text(config_to_yaml(c));
-  EXPECT_EQ(config_to_yaml(c), config_to_yaml(d));
+TEST(Config, EachBrokenConfigIsRejectedWithItsPath) {
+  ASSERT_GE(sizeof(kBroken) / sizeof(kBroken[0]), 15u);
+  for (const auto& bc : kBroken) {
+    std::string err = rejection(bc.yaml);
+    SCOPED_TRACE(bc.yaml);
+    ASSERT_FALSE(err.empty()) << "accepted a broken config";
+    EXPECT_NE(err.find(bc.path), std::string::npos) << err;
+    EXPECT_NE(err.find(bc.contains), std::string::npos) << err;
+  }
+}
+
+TEST(Config, AllErrorsReportedInOnePass) {
+  std::string err = rejection(
+      "model:\n  qk_nrom: 1\n  d_model: 130\n  bias: maybe\ntrain:\n  lr: x\n  warmup_steps: 9999\n");
+  for (const char* path : {"model.qk_nrom", "model.d_model", "model.bias", "train.lr", "train.warmup_steps"})
+    EXPECT_NE(err.find(path), std::string::npos) << path << " missing from:\n" << err;
+}
+
+TEST(Config, ErrorsNameFileAndLine) {
+  std::string dir = keel_test::make_temp_dir("cfg");
+  std::string path = dir + "/bad.yaml";
+  std::ofstream(path) << "model:\n  d_model: 64\n  n_layrs: 2\n";
+  try {
+    load_config(path);
+    FAIL() << "accepted unknown key";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ":3"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Config, SyntaxErrorIsReported) {
+  std::string err = rejection("model:\n  d_model: [1, 2\n");
+  EXPECT_NE(err.find("syntax error"), std::string::npos) << err;
+}
+
+TEST(Config, OverridesApplyAndAreValidated) {
+  Config c = config_from_yaml_text("model:\n  d_model: 64\n", {"model.d_model=96", "train.lr=1e-3",
+                                                              "model.qk_norm.type=l2", "model.attn_softcap=null"});
+  EXPECT_EQ(c.model.d_model, 96);
+  EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
+  EXPECT_EQ(c.model.qk_norm.type, "l2");
+  EXPECT_FALSE(c.model.attn_softcap.has_value());
+
+  EXPECT_NE(rejection("", {"model.d_model=130"}).find("model.d_model"), std::string::npos);
+  EXPECT_NE(rejection("", {"model.qk_nrom.type=rms"}).find("did you mean model.qk_norm.type?"), std::string::npos);
+  EXPECT_NE(rejection("", {"train.lr"}).find("expected KEY=VALUE"), std::string::npos);
+}
+
+TEST(Config, RoundTripThroughYamlIsExact) {
+  Config c = config_from_yaml_text(
+      "model:\n  d_model: 64\n  attn_softcap: 50\n  qk_norm:\n    type: l2\n    temperature_init: 7.5\n"
+      "data:\n  sources: [a.txt, 'b c.jsonl']\ntrain:\n  lr: 0.000123456789\n");
+  std::string yaml = config_to_yaml(c);
+  Config d = config_from_yaml_text(yaml);
+  EXPECT_EQ(yaml, config_to_yaml(d));
   EXPECT_EQ(d.model.d_model, 64);
-  EXPECT_EQ(d.model.qk_norm.type, "l2");
+  EXPECT_DOUBLE_EQ(*d.model.attn_softcap, 50.0);
+  EXPECT_DOUBLE_EQ(*d.model.qk_norm.temperature_init, 7.5);
+  EXPECT_DOUBLE_EQ(d.train.lr, 0.000123456789);
+  EXPECT_EQ(d.data.sources, (std::vector<std::string>{"a.txt", "b c.jsonl"}));
+}
+
+TEST(Config, DescribeListsEveryKeyWithHelp) {
+  Config c;
+  Schema s = make_schema(c);
+  std::string text = describe_config();
+  ASSERT_GT(s.keys().size(), 40u);
+  for (const auto& key : s.keys()) {
+    EXPECT_NE(text.find(key.path), std::string::npos) << key.path;
+    EXPECT_FALSE(key.help.empty()) << key.path << " has no description";
+  }
+}
+
+TEST(Config, EveryShippedConfigValidates) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(keel_test::source_path("configs"))) {
+    if (entry.path().extension() != ".yaml") continue;
+    if (entry.path().parent_path().filename() == "sweeps") continue;  // sweep files have their own format
+    SCOPED_TRACE(entry.path().string());
+    EXPECT_NO_THROW(load_config(entry.path().string()));
+    ++n;
+  }
+  EXPECT_GE(n, 7);
+}
+
+TEST(Config, DocumentedInConfigsReadme) {
+  std::ifstream in(keel_test::source_path("configs/README.md"));
+  ASSERT_TRUE(in) << "configs/README.md is missing";
+  std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Config c;
+  for (const auto& key : make_schema(c).keys())
+    EXPECT_NE(doc.find("`" + key.path + "`"), std::string::npos) << key.path << " is not documented";
+}
+
+TEST(Config, CliExitsWithTwoAndPrintsPaths) {
+  std::string dir = keel_test::make_temp_dir("cli");
+  std::string path = dir + "/bad.yaml";
+  std::ofstream(path) << "model:\n  qk_nrom: {type: rms}\ntrain:\n  lr: -1\n";
+  std::string out;
+  EXPECT_EQ(keel_test::run_keel("validate " + path, &out), 2);
+  EXPECT_NE(out.find("model.qk_nrom"), std::string::npos) << out;
+  EXPECT_NE(out.find("train.lr"), std::string::npos) << out;
+  EXPECT_EQ(keel_test::run_keel("validate " + keel_test::source_path("configs/default.yaml") +
+                                    " --set model.d_model=96",
+                                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("d_model: 96"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
 }

@@ -1,0 +1,41 @@
+// Where and how a run computes: device, threads, precision, and the peak
+// FLOP/s that MFU is measured against.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "config/config.h"
+
+namespace keel {
+
+struct ComputeSetup {
+  torch::Device device = torch::kCPU;
+  bool bf16_autocast = false;
+  int threads = 1;
+  double peak_flops = 0;        // per device (or per CPU process), FLOP/s
+  std::string peak_source;      // "H200 dense bf16 (spec)", "measured fp32 matmul", ...
+  std::string device_name;
+};
+
+// Resolves train.device / precision / threads / tf32 and applies them.
+// Throws std::runtime_error when cuda is asked for and absent.
+ComputeSetup setup_compute(const TrainConfig& t, int local_rank = 0, int local_world = 1);
+
+// Turns bf16 autocast on for the current scope (CUDA only). There is no RAII
+// guard in LibTorch; call at::autocast::clear_cache() after each step
+// (REFERENCE.md §8) — Autocast does it in its destructor.
+class AutocastScope {
+ public:
+  explicit AutocastScope(bool enabled);
+  ~AutocastScope();
+
+ private:
+  bool enabled_;
+};
+
+// FLOP/s of a 1024^3 fp32 matmul on this process's threads (a CPU "peak").
+double measure_cpu_matmul_flops();
+
+}  // namespace keel

@@ -1,0 +1,58 @@
+// AdamW with decoupled weight decay and two parameter groups (decay / no
+// decay), on LibTorch's fused kernel or a readable reference loop that the
+// tests hold the fused kernel to.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+namespace keel {
+
+struct NamedParam {
+  std::string name;
+  torch::Tensor param;
+};
+
+// Norm gains/biases, all biases, the l2 temperature, and (unless
+// train.decay_embeddings) the embedding get no weight decay.
+bool wants_weight_decay(const std::string& name, const TrainConfig& t);
+
+class AdamW {
+ public:
+  AdamW(std::vector<NamedParam> params, const TrainConfig& t);
+
+  // One update with learning rate `lr`. `found_inf` (a 0/1 float scalar on the
+  // parameters' device, or undefined) skips the update on the device without
+  // a host sync, as the fused kernel's found_inf argument does.
+  void step(double lr, const torch::Tensor& found_inf = {});
+  void zero_grad();
+
+  const std::vector<NamedParam>& params() const { return params_; }
+  bool fused() const { return fused_; }
+  // Optimizer state by name ("exp_avg.<param>", "exp_avg_sq.<param>", "step.<param>").
+  std::vector<std::pair<std::string, torch::Tensor>> state() const;
+  void load_state(const std::vector<std::pair<std::string, torch::Tensor>>& state);
+
+ private:
+  struct Group {
+    std::vector<size_t> index;  // into params_
+    double weight_decay;
+  };
+  void step_fused(const Group& g, double lr, const torch::Tensor& found_inf);
+  void step_reference(const Group& g, double lr);
+  std::vector<NamedParam> params_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_, steps_;
+  std::vector<Group> groups_;
+  TrainConfig cfg_;
+  bool fused_;
+};
+
+// Global L2 norm of all gradients, and (when max_norm > 0) scales them so the
+// norm is at most max_norm. Entirely on the device: no host sync.
+torch::Tensor clip_grad_norm(const std::vector<NamedParam>& params, double max_norm);
+
+}  // namespace keel

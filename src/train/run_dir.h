@@ -1,0 +1,49 @@
+// The run directory runs/<name>/: resolved config, train.log, metrics.jsonl,
+// spikes.jsonl, summary.json, checkpoints/. Only rank 0 writes here.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "config/config.h"
+#include "util/log.h"
+
+namespace keel {
+
+// Thrown for a run directory that may not be used; the CLI exits with 2.
+class RunDirError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class RunDir {
+ public:
+  // Creates (or, when resuming, reopens) out_dir/name. Refuses an existing
+  // run directory unless resuming or run.overwrite is set. writer=false on
+  // ranks other than 0: nothing is written, everything is a no-op.
+  RunDir(const Config& config, bool resuming, bool writer);
+
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  bool writer() const { return writer_; }
+
+  void write_config(const Config& config);
+  void append_metrics(const nlohmann::json& record);  // one line of metrics.jsonl, flushed
+  void append_event(const std::string& file_name, const nlohmann::json& record);
+  void write_json_atomic(const std::string& name, const nlohmann::json& value);
+
+  std::unique_ptr<Logger> log;  // stderr + train.log (stderr only when not the writer)
+
+ private:
+  std::string path_;
+  bool writer_;
+  std::ofstream metrics_;
+};
+
+// Writes `text` to path via a temporary file, fsync and rename.
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace keel

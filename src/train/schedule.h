@@ -1,0 +1,15 @@
+// The learning rate as a pure function of the step, so a resumed run needs
+// nothing but the step to continue the schedule (REFERENCE.md §8: LibTorch's
+// schedulers cannot be serialised).
+#pragma once
+
+#include "config/config.h"
+
+namespace keel {
+
+// LR for optimizer step `step` (0-based): linear warm-up from lr/warmup to lr
+// over warmup_steps, then cosine / linear decay to min_lr at max_steps,
+// constant, or warmup-stable-decay (linear decay over the last decay_fraction).
+double lr_at(const TrainConfig& t, int64_t step);
+
+}  // namespace keel
