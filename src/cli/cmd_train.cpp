@@ -1,6 +1,7 @@
 // `keel train CONFIG [--set k=v] [--resume auto|PATH]`.
 #include <iostream>
 
+#include "checkpoint/checkpoint_error.h"
 #include "cli/commands.h"
 #include "config/config.h"
 #include "data/data_error.h"
@@ -9,7 +10,8 @@
 
 namespace keel {
 
-int cmd_train(const std::string& path, const std::vector<std::string>& overrides, const std::string& resume) {
+int cmd_train(const std::string& path, const std::vector<std::string>& overrides, const std::string& resume,
+              int64_t stop_after_step) {
   Config config;
   try {
     config = load_config(path, overrides);
@@ -19,9 +21,13 @@ int cmd_train(const std::string& path, const std::vector<std::string>& overrides
   try {
     TrainOptions options;
     options.resume = resume;
+    options.stop_after_step = stop_after_step;
     return run_training(config, options);
   } catch (const DataError& e) {
     std::cerr << "keel: data error: " << e.what() << "\n";
+    return 2;
+  } catch (const CheckpointError& e) {
+    std::cerr << "keel: checkpoint error: " << e.what() << "\n";
     return 2;
   } catch (const RunDirError& e) {
     std::cerr << "keel: " << e.what() << "\n";

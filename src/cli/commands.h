@@ -2,6 +2,7 @@
 // 0 ok, 2 bad input (config, files), 3 training halted on a non-finite value.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,7 +12,7 @@ int cmd_validate(const std::string& config_path, const std::vector<std::string>&
 int cmd_describe(bool markdown);
 int cmd_smoke(const std::string& config_path, const std::vector<std::string>& overrides);
 int cmd_train(const std::string& config_path, const std::vector<std::string>& overrides,
-              const std::string& resume);
+              const std::string& resume, int64_t stop_after_step);
 
 // Prints "error: ..." lines for a config problem and returns 2.
 int report_config_error(const std::string& what);

@@ -4,9 +4,8 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
 
-namespace fs = std::filesystem;
+#include "checkpoint/posix_io.h"
 
 namespace keel {
 
@@ -35,25 +34,28 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 }
 
 RunDir::RunDir(const Config& config, bool resuming, bool writer)
-    : path_((fs::path(config.run.out_dir) / config.run.name).string()), writer_(writer) {
+    : path_(config.run.out_dir + "/" + config.run.name), writer_(writer) {
+  // POSIX calls rather than std::filesystem: libtorch.so exports its own
+  // std::filesystem symbols, which our calls would bind to (posix_io.h).
   if (writer_) {
-    std::error_code ec;
-    const bool exists = fs::exists(path_) && !fs::is_empty(path_, ec);
-    if (exists && !resuming) {
-      if (!config.run.overwrite)
-        throw RunDirError("run directory " + path_ +
-                          " already holds a run; continue it with --resume auto, replace it with "
-                          "--set run.overwrite=true, or choose another run.name");
-      fs::remove_all(path_, ec);
-      if (ec) throw RunDirError("cannot clear " + path_ + ": " + ec.message());
+    try {
+      const bool exists = is_directory(path_) && !list_directory(path_).empty();
+      if (exists && !resuming) {
+        if (!config.run.overwrite)
+          throw RunDirError("run directory " + path_ +
+                            " already holds a run; continue it with --resume auto, replace it with "
+                            "--set run.overwrite=true, or choose another run.name");
+        remove_tree(path_);
+      }
+      ensure_directory(path_);
+      // Probe writability now rather than at the first checkpoint.
+      write_file_durably(path_ + "/.write-test", "ok");
+      remove_file(path_ + "/.write-test");
+    } catch (const RunDirError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw RunDirError(std::string("run directory unusable: ") + e.what());
     }
-    fs::create_directories(path_, ec);
-    if (ec) throw RunDirError("cannot create run directory " + path_ + ": " + ec.message());
-    // Probe writability now rather than at the first checkpoint.
-    const std::string probe = path_ + "/.write-test";
-    std::ofstream(probe) << "ok";
-    if (!fs::exists(probe)) throw RunDirError("run directory " + path_ + " is not writable");
-    fs::remove(probe);
     metrics_.open(file("metrics.jsonl"), std::ios::app);
     if (!metrics_) throw RunDirError("cannot open " + file("metrics.jsonl") + " for appending");
   }
@@ -68,6 +70,14 @@ void RunDir::append_metrics(const nlohmann::json& record) {
   if (!writer_) return;
   metrics_ << record.dump() << "\n";
   metrics_.flush();
+}
+
+void RunDir::reopen_metrics(const std::string& content) {
+  if (!writer_) return;
+  metrics_.close();
+  write_file_atomic(file("metrics.jsonl"), content);
+  metrics_.open(file("metrics.jsonl"), std::ios::app);
+  if (!metrics_) throw RunDirError("cannot reopen " + file("metrics.jsonl"));
 }
 
 void RunDir::append_event(const std::string& file_name, const nlohmann::json& record) {

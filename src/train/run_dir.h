@@ -32,6 +32,7 @@ class RunDir {
 
   void write_config(const Config& config);
   void append_metrics(const nlohmann::json& record);  // one line of metrics.jsonl, flushed
+  void reopen_metrics(const std::string& content);     // replace metrics.jsonl (resume), keep appending
   void append_event(const std::string& file_name, const nlohmann::json& record);
   void write_json_atomic(const std::string& name, const nlohmann::json& value);
 

@@ -6,7 +6,11 @@
 #include <chrono>
 #include <csignal>
 #include <cmath>
+#include <sstream>
 
+#include "checkpoint/checkpoint_error.h"
+#include "checkpoint/checkpoint_store.h"
+#include "checkpoint/posix_io.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "model/init.h"
@@ -15,6 +19,7 @@
 #include "train/optimizer.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
+#include "train/train_state.h"
 
 namespace keel {
 
@@ -66,6 +71,9 @@ class Trainer {
   double evaluate();
   void log_step(int64_t step, bool eval_now);
   void write_summary(const std::string& stopped_by);
+  void resume_from_checkpoint();
+  void save_checkpoint(int64_t steps_done);
+  void truncate_metrics_after(int64_t step);
 
   Config cfg_;
   TrainOptions opts_;
@@ -75,6 +83,8 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<BatchLoader> train_data_, val_data_;
   ModelSize size_;
+  std::string tokenizer_path_;
+  int64_t last_saved_step_ = -1;
 
   int64_t global_batch_ = 0, micro_batch_ = 0, n_micro_ = 0, seq_len_ = 0;
   int64_t start_step_ = 0, steps_done_ = 0;
@@ -102,7 +112,8 @@ void Trainer::setup() {
   micro_batch_ = cfg_.train.micro_batch_size > 0 ? cfg_.train.micro_batch_size : global_batch_;
   n_micro_ = global_batch_ / micro_batch_;
 
-  ensure_prepared(cfg_);
+  DataManifest data = ensure_prepared(cfg_);
+  tokenizer_path_ = cfg_.data.dir + "/" + data.tokenizer.file;
   const uint64_t seed = static_cast<uint64_t>(cfg_.run.seed);
   train_data_ = std::make_unique<BatchLoader>(cfg_.data.dir, "train", seq_len_, global_batch_, 0, 1, seed,
                                               cfg_.data.prefetch);
@@ -119,6 +130,80 @@ void Trainer::setup() {
   z_sum_ = zeros();
   nonfinite_count_ = zeros();
   grad_norm_ = zeros();
+  if (!opts_.resume.empty()) resume_from_checkpoint();
+}
+
+// --resume auto: the newest valid checkpoint (newer broken ones are reported
+// and skipped), or a fresh start when there is none. --resume PATH: that one.
+void Trainer::resume_from_checkpoint() {
+  std::string dir;
+  if (opts_.resume == "auto") {
+    std::vector<std::string> rejected;
+    auto latest = CheckpointStore(run_->path()).latest_valid(&rejected);
+    for (const auto& why : rejected) run_->log->warn("skipping invalid checkpoint " + why);
+    if (!latest) {
+      run_->log->info("--resume auto: no valid checkpoint in " + run_->path() + "; starting fresh");
+      return;
+    }
+    dir = *latest;
+  } else {
+    dir = opts_.resume;
+  }
+  Config saved = checkpoint_config(dir);
+  ConfigDiff diff = diff_for_resume(saved, cfg_);
+  if (!diff.refused.empty()) {
+    std::string list;
+    for (const auto& d : diff.refused) list += "\n  " + d;
+    throw RunDirError("refusing to resume from " + dir + ": the config differs in keys that change the model, "
+                      "data or optimisation (start a new run instead):" + list);
+  }
+  for (const auto& d : diff.allowed) run_->log->info("resume: config change allowed: " + d);
+  TrainState state = load_training_checkpoint(dir, model_, optimizer_.get(), nullptr);
+  start_step_ = state.step;
+  last_saved_step_ = state.step;
+  const auto& extra = state.extra;
+  if (extra.contains("best_val_loss") && extra["best_val_loss"].is_number())
+    best_val_loss_ = extra["best_val_loss"].get<double>();
+  if (extra.contains("initial_loss") && extra["initial_loss"].is_number())
+    initial_loss_ = extra["initial_loss"].get<double>();
+  if (extra.contains("nonfinite_steps")) {
+    nonfinite_seen_ = extra["nonfinite_steps"].get<int64_t>();
+    nonfinite_count_.fill_(static_cast<double>(nonfinite_seen_));
+  }
+  truncate_metrics_after(start_step_);
+  run_->log->info(strf("resumed from %s at step %lld", dir.c_str(), static_cast<long long>(start_step_)));
+}
+
+// A run that crashed after its last checkpoint logged steps it will now
+// redo; drop them so metrics.jsonl has each step once.
+void Trainer::truncate_metrics_after(int64_t step) {
+  const std::string path = run_->file("metrics.jsonl");
+  if (!path_exists(path)) return;
+  std::string kept, line;
+  std::istringstream in(read_small_file(path, 1ull << 30));
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto rec = nlohmann::json::parse(line, nullptr, false);
+    if (!rec.is_discarded() && rec.contains("step") && rec["step"].get<int64_t>() > step) continue;
+    kept += line + "\n";
+  }
+  run_->reopen_metrics(kept);
+}
+
+void Trainer::save_checkpoint(int64_t steps_done) {
+  if (steps_done == last_saved_step_) return;
+  TrainState state;
+  state.step = steps_done;
+  state.tokens = steps_done * global_batch_ * seq_len_;
+  state.extra = {{"best_val_loss", std::isfinite(best_val_loss_) ? nlohmann::json(best_val_loss_) : nlohmann::json()},
+                 {"initial_loss", std::isnan(initial_loss_) ? nlohmann::json() : nlohmann::json(initial_loss_)},
+                 {"nonfinite_steps", nonfinite_seen_}};
+  auto t0 = Clock::now();
+  std::string dir = save_training_checkpoint(run_->path(), cfg_, model_, optimizer_.get(), state, tokenizer_path_);
+  last_saved_step_ = steps_done;
+  auto removed = CheckpointStore(run_->path()).prune(cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every);
+  run_->log->info(strf("checkpoint %s (%.2f s)%s", dir.c_str(), seconds_since(t0),
+                       removed.empty() ? "" : strf(", pruned %zu", removed.size()).c_str()));
 }
 
 void Trainer::print_settings() {
@@ -269,6 +354,13 @@ int Trainer::run() {
   print_settings();
   install_stop_handlers();
   run_start_ = interval_start_ = Clock::now();
+  if (start_step_ >= cfg_.train.max_steps) {
+    run_->log->info(strf("nothing to do: the checkpoint is at step %lld and train.max_steps is %lld",
+                         static_cast<long long>(start_step_), static_cast<long long>(cfg_.train.max_steps)));
+    steps_done_ = start_step_;
+    write_summary("completed");
+    return 0;
+  }
   std::string stopped_by = "completed";
   int exit_code = 0;
   const int64_t max_steps = cfg_.train.max_steps;
@@ -277,7 +369,7 @@ int Trainer::run() {
     ++interval_steps_;
     steps_done_ = step + 1;
     const bool last = step + 1 == max_steps;
-    const bool stopping = stop_requested();
+    const bool stopping = stop_requested() || (opts_.stop_after_step > 0 && step + 1 == opts_.stop_after_step);
     const bool eval_now = last || (cfg_.train.eval_every > 0 && (step + 1) % cfg_.train.eval_every == 0);
     // Non-finite values: checked every step on the CPU (free there), on
     // logging steps on CUDA (a host sync); the update was skipped regardless.
@@ -304,10 +396,12 @@ int Trainer::run() {
       }
     }
     if ((step + 1) % cfg_.train.log_every == 0 || last || eval_now || stopping) log_step(step, eval_now);
+    const bool periodic = cfg_.checkpoint.every > 0 && (step + 1) % cfg_.checkpoint.every == 0;
+    if (periodic || stopping || (last && cfg_.checkpoint.at_end)) save_checkpoint(step + 1);
     if (stopping) {
-      run_->log->warn(strf("signal %d received: stopping after step %lld", g_stop_signal.load(),
-                           static_cast<long long>(step + 1)));
-      stopped_by = "signal";
+      stopped_by = stop_requested() ? "signal" : "stop_after_step";
+      run_->log->warn(strf("stopping after step %lld (%s)", static_cast<long long>(step + 1),
+                           stop_requested() ? strf("signal %d", g_stop_signal.load()).c_str() : "--stop-after-step"));
       break;
     }
   }

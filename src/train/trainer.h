@@ -9,6 +9,7 @@ namespace keel {
 
 struct TrainOptions {
   std::string resume;  // "" (fresh), "auto" (newest valid checkpoint, else fresh), or a checkpoint path
+  int64_t stop_after_step = 0;  // > 0: stop cleanly after this step (save, summary), as a signal would
 };
 
 // Exit codes: 0 done (or stopped cleanly by a signal), 2 bad input, 3 halted

@@ -1,0 +1,95 @@
+// Checked POSIX file operations for the checkpoint code. Every call that can
+// fail throws CheckpointError "path: what failed: strerror (errno N); hint",
+// so a full disk or a read-only mount reads as such and not as a corrupt
+// checkpoint later. Durability needs fsync on the file AND on the directory
+// holding its name (REFERENCE.md §9); these helpers make both one-liners.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace keel {
+
+// "strerror(err) (errno N)" plus a hint for the errors a user can fix
+// (ENOSPC, EDQUOT, EROFS, EACCES, ...).
+std::string errno_text(int err);
+
+// A file opened for writing (created or truncated). Writes go straight to the
+// kernel; sync() is fsync; close() reports errors that only show up on close
+// (NFS, quota). The destructor closes silently: call close() to see errors.
+class OutputFile {
+ public:
+  explicit OutputFile(const std::string& path);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  void write(const void* data, size_t size);
+  void write(const std::string& text) { write(text.data(), text.size()); }
+  void sync();
+  void close();
+  uint64_t bytes_written() const { return written_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+};
+
+// A regular file opened for reading, with its size; read_at() is pread that
+// either fills the whole buffer or throws (naming the offset).
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path);
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  void read_at(void* data, size_t size, uint64_t offset);
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+// Writes `content` to `path` and fsyncs it.
+void write_file_durably(const std::string& path, const std::string& content);
+// Whole file as a string (for small files such as manifests).
+std::string read_small_file(const std::string& path, uint64_t max_size = 64u << 20);
+// fsync an existing file (written by someone else, e.g. a callback).
+void fsync_file(const std::string& path);
+// fsync a directory, which makes the names created/renamed/removed in it durable.
+void fsync_dir(const std::string& dir);
+// mkdir -p; fsyncs the parent of every directory it creates. Throws if a
+// component exists but is not a directory.
+void ensure_directory(const std::string& dir);
+// Size and zlib CRC-32 of a whole file, read in 1 MiB chunks.
+struct FileDigest {
+  uint64_t size = 0;
+  uint32_t crc32 = 0;
+};
+FileDigest digest_file(const std::string& path);
+// Size of a regular file; throws (with errno text) if it is missing.
+uint64_t file_size(const std::string& path);
+bool path_exists(const std::string& path);
+bool is_directory(const std::string& path);
+// rename(2), checked.
+void rename_path(const std::string& from, const std::string& to);
+// unlink(2), checked.
+void remove_file(const std::string& path);
+// rm -rf (does not follow symlinks); throws with the first error. POSIX, not
+// std::filesystem::remove_all: libtorch.so exports its own copies of the
+// std::filesystem functions, and calling remove_all through it crashes.
+void remove_tree(const std::string& path);
+// Names in a directory, without "." and "..", in no particular order.
+std::vector<std::string> list_directory(const std::string& dir);
+// "a/b/c" -> "c" and "a/b"; "c" -> "c" and ".". Trailing slashes ignored.
+std::string base_name(const std::string& path);
+std::string dir_name(const std::string& path);
+
+}  // namespace keel

@@ -1,0 +1,162 @@
+#include "train/train_state.h"
+
+#include <fstream>
+#include <set>
+
+#ifdef KEEL_WITH_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
+
+#include "checkpoint/checkpoint_error.h"
+#include "checkpoint/checkpoint_store.h"
+#include "checkpoint/posix_io.h"
+#include "checkpoint/safetensors.h"
+
+namespace keel {
+
+namespace {
+
+TensorMap model_tensors(Transformer& model) {
+  TensorMap out;
+  for (auto& p : model->named_parameters(true)) out.emplace_back(p.key(), p.value().detach());
+  for (auto& b : model->named_buffers(true)) out.emplace_back(b.key(), b.value().detach());
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw CheckpointError(path + ": cannot open");
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void copy_into(TensorMap loaded, const TensorMap& targets, const std::string& file) {
+  std::map<std::string, torch::Tensor> by_name(loaded.begin(), loaded.end());
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, dst] : targets) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw CheckpointError(file + ": no tensor '" + name + "' (different architecture?)");
+    if (it->second.sizes() != dst.sizes())
+      throw CheckpointError(file + ": tensor '" + name + "' has shape " + c10::str(it->second.sizes()) +
+                            ", the model expects " + c10::str(dst.sizes()));
+    const_cast<torch::Tensor&>(dst).copy_(it->second);
+  }
+}
+
+// Keys whose change on resume does not change what the run computes.
+bool safe_to_change(const std::string& key) {
+  static const std::set<std::string> safe = {
+      "train.max_steps",       "train.log_every",       "train.eval_every", "train.eval_batches",
+      "checkpoint.every",      "checkpoint.keep_last",  "checkpoint.keep_every", "checkpoint.at_end",
+      "monitor.every",         "monitor.sequences",     "monitor.layer_grad_norms", "monitor.stop_on_divergence",
+      "data.prefetch",         "run.overwrite",         "dist.timeout_s"};
+  return safe.count(key) > 0;
+}
+
+}  // namespace
+
+std::string save_training_checkpoint(const std::string& run_dir, const Config& config, Transformer& model,
+                                     const AdamW* optimizer, const TrainState& state,
+                                     const std::string& tokenizer_path) {
+  TensorMap weights = model_tensors(model);
+  for (const auto& [name, t] : weights)
+    if (t.is_floating_point() && !torch::isfinite(t).all().item<bool>())
+      throw std::runtime_error("refusing to save a checkpoint at step " + std::to_string(state.step) +
+                               ": weight '" + name + "' is not finite");
+  nlohmann::json meta = {{"format", "keel-checkpoint"},
+                         {"version", 1},
+                         {"step", state.step},
+                         {"tokens", state.tokens},
+                         {"keel_version", KEEL_VERSION},
+                         {"libtorch_version", TORCH_VERSION},
+                         {"config", config_to_yaml(config)},
+                         {"extra", state.extra}};
+  std::vector<CheckpointFile> files;
+  files.push_back({"model.safetensors", [&](const std::string& p) {
+                     write_safetensors(p, weights, {{"format", "keel"}, {"step", std::to_string(state.step)}});
+                   }});
+  if (optimizer) {
+    files.push_back({"optimizer.safetensors", [&](const std::string& p) { write_safetensors(p, optimizer->state()); }});
+  }
+  files.push_back({"rng.safetensors", [&](const std::string& p) {
+                     TensorMap rng = {{"cpu", at::detail::getDefaultCPUGenerator().get_state()}};
+#ifdef KEEL_WITH_CUDA
+                     for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i)
+                       rng.emplace_back("cuda" + std::to_string(i),
+                                        at::cuda::detail::getDefaultCUDAGenerator(i).get_state());
+#endif
+                     write_safetensors(p, rng);
+                   }});
+  // std::filesystem is avoided: libtorch.so exports its own copies of its
+  // functions, which our calls bind to (see checkpoint/posix_io.h).
+  if (!tokenizer_path.empty() && path_exists(tokenizer_path)) {
+    files.push_back({"tokenizer.model", [&](const std::string& p) {
+                       write_file_durably(p, read_small_file(tokenizer_path));
+                     }});
+  }
+  files.push_back({"state.json", [&](const std::string& p) { std::ofstream(p) << meta.dump(2) << "\n"; }});
+  CheckpointStore store(run_dir);
+  return store.save(state.step, files);
+}
+
+TrainState load_training_checkpoint(const std::string& dir, Transformer& model, AdamW* optimizer,
+                                    std::string* saved_config_yaml) {
+  CheckpointStore::verify(dir);
+  const std::string state_path = dir + "/state.json";
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(read_text(state_path));
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(state_path + ": not valid JSON: " + e.what());
+  }
+  if (meta.value("format", "") != "keel-checkpoint")
+    throw CheckpointError(state_path + ": not a keel checkpoint (format field)");
+  copy_into(read_safetensors(dir + "/model.safetensors"), model_tensors(model), dir + "/model.safetensors");
+  if (optimizer) {
+    const std::string opt_path = dir + "/optimizer.safetensors";
+    if (!path_exists(opt_path)) throw CheckpointError(opt_path + ": missing (weights-only checkpoint)");
+    auto state = read_safetensors(opt_path);
+    std::vector<std::pair<std::string, torch::Tensor>> moved;
+    for (auto& [name, t] : state) moved.emplace_back(name, t);
+    optimizer->load_state(moved);
+    for (auto& [name, t] : read_safetensors(dir + "/rng.safetensors")) {
+      if (name == "cpu") {
+        at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle to the global generator
+        gen.set_state(t);
+      }
+#ifdef KEEL_WITH_CUDA
+      else if (name.rfind("cuda", 0) == 0 && std::stoll(name.substr(4)) < torch::cuda::device_count())
+      {
+        at::Generator gen = at::cuda::detail::getDefaultCUDAGenerator(std::stoll(name.substr(4)));
+        gen.set_state(t);
+      }
+#endif
+    }
+  }
+  if (saved_config_yaml) *saved_config_yaml = meta.value("config", "");
+  TrainState s;
+  s.step = meta.at("step").get<int64_t>();
+  s.tokens = meta.at("tokens").get<int64_t>();
+  s.extra = meta.value("extra", nlohmann::json::object());
+  return s;
+}
+
+Config checkpoint_config(const std::string& dir) {
+  nlohmann::json meta = nlohmann::json::parse(read_text(dir + "/state.json"));
+  return config_from_yaml_text(meta.value("config", ""));
+}
+
+ConfigDiff diff_for_resume(const Config& saved, const Config& current) {
+  Config a = saved, b = current;
+  Schema sa = make_schema(a), sb = make_schema(b);
+  ConfigDiff diff;
+  for (size_t i = 0; i < sa.keys().size(); ++i) {
+    const auto& key = sa.keys()[i];
+    std::string va = sa.value_string(key), vb = sb.value_string(sb.keys()[i]);
+    if (va == vb) continue;
+    std::string line = key.path + ": " + va + " -> " + vb;
+    (safe_to_change(key.path) ? diff.allowed : diff.refused).push_back(line);
+  }
+  return diff;
+}
+
+}  // namespace keel

@@ -1,0 +1,51 @@
+// What a checkpoint holds for exact resume (REFERENCE.md §9): model weights,
+// optimizer moments and step counters, step and tokens, RNG states, the data
+// position (the loader is a pure function of the step), the resolved config,
+// keel and LibTorch versions. Stored through CheckpointStore as
+//   model.safetensors      weights by parameter name (readable by Python's safetensors)
+//   optimizer.safetensors  exp_avg.* / exp_avg_sq.* / step.*
+//   rng.safetensors        CPU (and CUDA) generator states
+//   tokenizer.model        the SentencePiece model the run was trained with
+//   state.json             step, tokens, config, versions, extra trainer state
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "model/transformer.h"
+#include "train/optimizer.h"
+
+namespace keel {
+
+struct TrainState {
+  int64_t step = 0;            // optimizer steps completed
+  int64_t tokens = 0;          // tokens consumed
+  nlohmann::json extra;        // trainer/monitor state (best val loss, spike detector, ...)
+};
+
+// Writes a checkpoint for `state.step`. Refuses (std::runtime_error) when any
+// weight is non-finite: such a checkpoint would poison every resume.
+std::string save_training_checkpoint(const std::string& run_dir, const Config& config, Transformer& model,
+                                     const AdamW* optimizer, const TrainState& state,
+                                     const std::string& tokenizer_path);
+
+// Loads weights (and optimizer state and RNG when given) from a checkpoint
+// directory. Returns the state; the checkpoint's config is in *saved_config.
+TrainState load_training_checkpoint(const std::string& checkpoint_dir, Transformer& model, AdamW* optimizer,
+                                    std::string* saved_config_yaml);
+
+// Resolved-config differences between a checkpoint and the current run.
+struct ConfigDiff {
+  std::vector<std::string> refused;  // "model.d_model: 128 -> 256"
+  std::vector<std::string> allowed;  // "train.max_steps: 600 -> 1200"
+};
+ConfigDiff diff_for_resume(const Config& saved, const Config& current);
+
+// Config stored in a checkpoint's state.json.
+Config checkpoint_config(const std::string& checkpoint_dir);
+
+}  // namespace keel
