@@ -5,7 +5,6 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <stdexcept>
 
 namespace keel_test {
@@ -24,7 +23,10 @@ int run_keel(const std::string& args, std::string* output) {
 }
 
 std::string make_temp_dir(const std::string& tag) {
-  std::string tmpl = (std::filesystem::temp_directory_path() / ("keel_" + tag + "_XXXXXX")).string();
+  // Not std::filesystem::temp_directory_path: libtorch.so exports its own
+  // std::filesystem symbols (see src/checkpoint/posix_io.h).
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/keel_" + tag + "_XXXXXX";
   if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
   return tmpl;
 }

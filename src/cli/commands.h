@@ -14,6 +14,9 @@ int cmd_smoke(const std::string& config_path, const std::vector<std::string>& ov
 int cmd_train(const std::string& config_path, const std::vector<std::string>& overrides,
               const std::string& resume, int64_t stop_after_step);
 
+struct SampleOptions;
+int cmd_sample(const std::string& path, const std::string& prompt, const SampleOptions& options);
+
 // Prints "error: ..." lines for a config problem and returns 2.
 int report_config_error(const std::string& what);
 

@@ -5,6 +5,7 @@
 
 #include "cli/cmd_prepare.h"
 #include "cli/commands.h"
+#include "model/generate.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"keel: pretrain small decoder-only transformers and study their stability"};
@@ -34,6 +35,9 @@ int main(int argc, char** argv) {
   add_config_args(train);
   std::string resume;
   train->add_option("--resume", resume, "auto (newest valid checkpoint of the run, else fresh) or a checkpoint path");
+  int64_t stop_after_step = 0;
+  train->add_option("--stop-after-step", stop_after_step,
+                    "stop cleanly after this step (checkpoint + summary), as SIGTERM would");
 
   auto* prepare = app.add_subcommand("prepare", "train the tokenizer and write token shards for data.dir");
   add_config_args(prepare);
@@ -41,6 +45,18 @@ int main(int argc, char** argv) {
   prepare->add_flag("--force", prepare_options.force, "rebuild data.dir even if it exists");
   prepare->add_flag("--verify", prepare_options.verify, "only check an existing data.dir (checksums, token ids)");
   prepare->add_flag("--quiet", prepare_options.quiet, "no progress lines");
+
+  auto* sample = app.add_subcommand("sample", "generate text from a run's newest checkpoint (or a given one)");
+  std::string sample_path, prompt;
+  keel::SampleOptions sample_options;
+  sample->add_option("checkpoint", sample_path, "run directory (runs/NAME) or checkpoint directory")->required();
+  sample->add_option("--prompt", prompt, "text to continue");
+  sample->add_option("--tokens", sample_options.max_new_tokens, "new tokens to generate")->capture_default_str();
+  sample->add_option("--temperature", sample_options.temperature, "softmax temperature; 0 = greedy")
+      ->capture_default_str();
+  sample->add_option("--top-k", sample_options.top_k, "sample from the k most likely tokens; 0 = all")
+      ->capture_default_str();
+  sample->add_option("--seed", sample_options.seed, "same seed, same text")->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -52,8 +68,9 @@ int main(int argc, char** argv) {
     if (*validate) return keel::cmd_validate(config_path, overrides);
     if (*config_cmd) return keel::cmd_describe(markdown);
     if (*smoke) return keel::cmd_smoke(config_path, overrides);
+    if (*sample) return keel::cmd_sample(sample_path, prompt, sample_options);
     if (*prepare) return keel::cmd_prepare(config_path, overrides, prepare_options);
-    if (*train) return keel::cmd_train(config_path, overrides, resume);
+    if (*train) return keel::cmd_train(config_path, overrides, resume, stop_after_step);
   } catch (const std::exception& e) {
     std::cerr << "keel: error: " << e.what() << "\n";
     return 1;

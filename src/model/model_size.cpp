@@ -33,7 +33,8 @@ ModelSize model_size(const ModelConfig& c, int64_t T) {
   s.embedding = V * C;
   s.head = c.tie_embeddings ? 0 : V * C;
   const int64_t final_norm = c.norm_placement == "post" ? 0 : norm_params(c);
-  const int64_t embed_norm = c.embed_norm == "layernorm" ? norm_params(c) : 0;
+  // The embedding norm is always a LayerNorm (bias with model.bias), whatever model.norm is.
+  const int64_t embed_norm = c.embed_norm == "layernorm" ? c.d_model * (c.bias ? 2 : 1) : 0;
   s.total = s.embedding + s.head + L * per_layer + final_norm + embed_norm;
   const int64_t matmul_per_layer = C * H * D + 2 * C * K * D + H * D * C + (c.mlp == "swiglu" ? 3 : 2) * C * F;
   s.matmul = L * matmul_per_layer + V * C;

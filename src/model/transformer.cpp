@@ -111,7 +111,7 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& idx, const ForwardOp
   auto logits = F::linear(x, lm_head);
   if (cfg_.final_softcap) {
     const double cap = *cfg_.final_softcap;
-    logits = cap * torch::tanh(logits.to(torch::kFloat32) / cap);
+    logits = cap * torch::tanh(logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32)) / cap);
   }
   const int64_t pad = cfg_.padded_vocab() - cfg_.vocab_size;
   if (pad > 0) logits.narrow(-1, cfg_.vocab_size, pad).fill_(-std::numeric_limits<float>::infinity());
@@ -119,7 +119,8 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& idx, const ForwardOp
 }
 
 LossParts language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets, double z_loss_coef) {
-  auto flat = logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32);
+  // At least fp32 (bf16 logits are upcast; fp64 stays fp64 for exact tests).
+  auto flat = logits.reshape({-1, logits.size(-1)}).to(at::promote_types(logits.scalar_type(), torch::kFloat32));
   LossParts out;
   out.ce = F::cross_entropy(flat, targets.reshape({-1}));
   out.total = out.ce;

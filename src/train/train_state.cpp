@@ -48,7 +48,8 @@ bool safe_to_change(const std::string& key) {
       "train.max_steps",       "train.log_every",       "train.eval_every", "train.eval_batches",
       "checkpoint.every",      "checkpoint.keep_last",  "checkpoint.keep_every", "checkpoint.at_end",
       "monitor.every",         "monitor.sequences",     "monitor.layer_grad_norms", "monitor.stop_on_divergence",
-      "data.prefetch",         "run.overwrite",         "dist.timeout_s"};
+      "data.prefetch",         "run.overwrite",         "dist.timeout_s",        "run.name",
+      "run.out_dir"};
   return safe.count(key) > 0;
 }
 

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <limits>
 #include <cmath>
 #include <sstream>
 
@@ -85,6 +87,7 @@ class Trainer {
   ModelSize size_;
   std::string tokenizer_path_;
   int64_t last_saved_step_ = -1;
+  int64_t nan_at_step_ = 0;  // fault injection (tests): KEEL_FAULT_INJECT=nan_loss_at_step:N
 
   int64_t global_batch_ = 0, micro_batch_ = 0, n_micro_ = 0, seq_len_ = 0;
   int64_t start_step_ = 0, steps_done_ = 0;
@@ -130,6 +133,10 @@ void Trainer::setup() {
   z_sum_ = zeros();
   nonfinite_count_ = zeros();
   grad_norm_ = zeros();
+  if (const char* fault = std::getenv("KEEL_FAULT_INJECT")) {
+    const std::string f = fault, key = "nan_loss_at_step:";
+    if (f.rfind(key, 0) == 0) nan_at_step_ = std::stoll(f.substr(key.size()));
+  }
   if (!opts_.resume.empty()) resume_from_checkpoint();
 }
 
@@ -149,6 +156,7 @@ void Trainer::resume_from_checkpoint() {
   } else {
     dir = opts_.resume;
   }
+  CheckpointStore::verify(dir);  // a corrupted checkpoint is named before anything else
   Config saved = checkpoint_config(dir);
   ConfigDiff diff = diff_for_resume(saved, cfg_);
   if (!diff.refused.empty()) {
@@ -251,6 +259,10 @@ void Trainer::train_step(int64_t step) {
       AutocastScope autocast(compute_.bf16_autocast);
       auto logits = model_->forward(x);
       loss = language_model_loss(logits, y, cfg_.train.z_loss);
+    }
+    if (step + 1 == nan_at_step_) {  // injected fault: a non-finite loss
+      loss.total = loss.total * std::numeric_limits<double>::quiet_NaN();
+      loss.ce = loss.ce * std::numeric_limits<double>::quiet_NaN();
     }
     // Equal-sized micro-batches: the mean of their means is the batch mean.
     (loss.total / static_cast<double>(n_micro_)).backward();

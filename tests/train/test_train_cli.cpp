@@ -1,0 +1,267 @@
+// End-to-end `keel train` on a tiny generated corpus: loss falls, exact
+// resume, signals, kill during a save, corrupted checkpoints, refused
+// architecture changes, non-finite policies, accumulation equivalence, and
+// the run-directory guard.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "checkpoint/posix_io.h"
+#include "test_util.h"
+
+using keel_test::run_keel;
+
+namespace {
+
+std::string g_dir;  // temp dir with corpus, prepared data and base config
+
+std::string base_config() { return g_dir + "/base.yaml"; }
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// ~200 kB of English-like text: sentences drawn from a small grammar.
+std::string make_corpus() {
+  const std::vector<std::string> subj = {"The cat", "A dog", "My friend", "The old man", "Every child", "The river",
+                                         "Our teacher", "The small bird"};
+  const std::vector<std::string> verb = {"sees", "likes", "follows", "finds", "remembers", "draws", "carries"};
+  const std::vector<std::string> obj = {"the red ball", "a quiet house", "the long road", "an apple",
+                                        "the blue sky", "a warm fire", "the morning light"};
+  std::mt19937 rng(7);
+  std::string text;
+  for (int doc = 0; doc < 400; ++doc) {
+    for (int s = 0; s < 8; ++s)
+      text += subj[rng() % subj.size()] + " " + verb[rng() % verb.size()] + " " + obj[rng() % obj.size()] + ". ";
+    text += "\n%\n";
+  }
+  return text;
+}
+
+struct Metric {
+  int64_t step;
+  double loss;
+};
+
+std::vector<Metric> read_metrics(const std::string& run) {
+  std::vector<Metric> out;
+  std::ifstream in(run + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    out.push_back({j["step"].get<int64_t>(), j["loss"].get<double>()});
+  }
+  return out;
+}
+
+bool read_metrics_size_ok(const std::string& run) {
+  std::ifstream in(run + "/metrics.jsonl");
+  std::string line;
+  return static_cast<bool>(std::getline(in, line)) && !line.empty();
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// Common overrides: tiny model, log every step, checkpoint every 4 steps.
+std::string args(const std::string& name, const std::string& extra = "") {
+  return "train " + base_config() + " --set run.name=" + name + " --set run.out_dir=" + g_dir + "/runs " + extra;
+}
+
+std::string run_path(const std::string& name) { return g_dir + "/runs/" + name; }
+
+class TrainCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    g_dir = keel_test::make_temp_dir("train_cli");
+    write(g_dir + "/corpus.txt", make_corpus());
+    write(base_config(),
+          "model: {vocab_size: 320, max_seq_len: 32, d_model: 32, n_layers: 2, n_heads: 2, n_kv_heads: 1}\n"
+          "data: {dir: " + g_dir + "/data, sources: [" + g_dir + "/corpus.txt], doc_separator: '%', "
+          "val_fraction: 0.1}\n"
+          "train: {max_steps: 12, batch_size: 4, lr: 3.0e-3, warmup_steps: 2, log_every: 1, eval_every: 6, "
+          "eval_batches: 2, threads: 1}\n"
+          "checkpoint: {every: 4, keep_last: 5}\n");
+    std::string out;
+    ASSERT_EQ(run_keel("prepare " + base_config() + " --quiet", &out), 0) << out;
+  }
+  static void TearDownTestSuite() { keel::remove_tree(g_dir); }
+};
+
+}  // namespace
+
+TEST_F(TrainCli, LossFallsAndFilesAreWritten) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("falls", "--set train.max_steps=40 --set checkpoint.every=0"), &out), 0) << out;
+  auto m = read_metrics(run_path("falls"));
+  ASSERT_EQ(m.size(), 40u);
+  EXPECT_LT(m.back().loss, m.front().loss - 1.5) << out;
+  auto summary = read_json(run_path("falls") + "/summary.json");
+  EXPECT_EQ(summary["stopped_by"], "completed");
+  EXPECT_EQ(summary["steps"], 40);
+  EXPECT_TRUE(summary["final_val_loss"].is_number());
+  EXPECT_TRUE(keel::path_exists(run_path("falls") + "/config.yaml"));
+  EXPECT_TRUE(keel::path_exists(run_path("falls") + "/train.log"));
+  EXPECT_NE(out.find("MFU"), std::string::npos) << out;
+  std::ifstream in(run_path("falls") + "/metrics.jsonl");
+  std::string first;
+  std::getline(in, first);
+  auto j = nlohmann::json::parse(first);
+  for (const char* key : {"step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s", "step_ms"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  // Sampling is deterministic for a seed.
+  std::string s1, s2, s3;
+  ASSERT_EQ(run_keel("sample " + run_path("falls") + " --prompt 'The cat' --tokens 12 --seed 5", &s1), 0) << s1;
+  run_keel("sample " + run_path("falls") + " --prompt 'The cat' --tokens 12 --seed 5", &s2);
+  run_keel("sample " + run_path("falls") + " --prompt 'The cat' --tokens 12 --seed 6", &s3);
+  EXPECT_EQ(s1, s2);
+  EXPECT_EQ(s1.rfind("The cat", 0), 0u) << s1;
+}
+
+TEST_F(TrainCli, ResumeIsBitExact) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("straight"), &out), 0) << out;
+  ASSERT_EQ(run_keel(args("halves", "--stop-after-step 6"), &out), 0) << out;
+  EXPECT_EQ(read_json(run_path("halves") + "/summary.json")["steps"], 6);
+  ASSERT_EQ(run_keel(args("halves", "--resume auto"), &out), 0) << out;
+  EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+  auto a = read_metrics(run_path("straight")), b = read_metrics(run_path("halves"));
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), 12u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].step, b[i].step);
+    EXPECT_EQ(a[i].loss, b[i].loss) << "step " << a[i].step;  // exact equality, not a tolerance
+  }
+}
+
+TEST_F(TrainCli, KillDuringSaveLeavesPreviousCheckpoint) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("killed", "--stop-after-step 4"), &out), 0) << out;
+  // The next save (step 8) dies after writing the weights, before its manifest.
+  setenv("KEEL_FAULT_INJECT", "save_crash_after:model.safetensors", 1);
+  int rc = run_keel(args("killed", "--resume auto"), &out);
+  unsetenv("KEEL_FAULT_INJECT");
+  EXPECT_EQ(rc, 128 + SIGKILL) << out;
+  ASSERT_EQ(run_keel(args("killed", "--resume auto"), &out), 0) << out;
+  EXPECT_NE(out.find("at step 4"), std::string::npos) << out;
+  auto m = read_metrics(run_path("killed"));
+  ASSERT_EQ(m.size(), 12u);  // steps 5..8 logged by the killed process were dropped and redone
+  ASSERT_EQ(run_keel(args("killed_ref"), &out), 0) << out;
+  auto ref = read_metrics(run_path("killed_ref"));
+  for (size_t i = 0; i < m.size(); ++i) EXPECT_EQ(m[i].loss, ref[i].loss) << "step " << m[i].step;
+}
+
+TEST_F(TrainCli, CorruptCheckpointFallsBackToPrevious) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("corrupt", "--stop-after-step 8"), &out), 0) << out;
+  const std::string victim = run_path("corrupt") + "/checkpoints/step_00000008/model.safetensors";
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    char c;
+    f.read(&c, 1);
+    c ^= 0x5a;
+    f.seekp(200);
+    f.write(&c, 1);
+  }
+  ASSERT_EQ(run_keel(args("corrupt", "--resume auto"), &out), 0) << out;
+  EXPECT_NE(out.find("skipping invalid checkpoint"), std::string::npos) << out;
+  EXPECT_NE(out.find("step_00000008"), std::string::npos) << out;
+  EXPECT_NE(out.find("at step 4"), std::string::npos) << out;
+  // Resuming explicitly from a corrupted checkpoint is an error naming the file.
+  {
+    std::fstream f(run_path("corrupt") + "/checkpoints/step_00000012/model.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(300);
+    f.write("XXXX", 4);
+  }
+  EXPECT_EQ(run_keel(args("corrupt2", "--resume " + run_path("corrupt") + "/checkpoints/step_00000012"), &out), 2)
+      << out;
+  EXPECT_NE(out.find("model.safetensors"), std::string::npos) << out;
+}
+
+TEST_F(TrainCli, ArchitectureChangeIsRefused) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("arch", "--stop-after-step 4"), &out), 0) << out;
+  EXPECT_EQ(run_keel(args("arch", "--resume auto --set model.d_model=48"), &out), 2) << out;
+  EXPECT_NE(out.find("model.d_model: 32 -> 48"), std::string::npos) << out;
+  ASSERT_EQ(run_keel(args("arch", "--resume auto --set train.max_steps=14"), &out), 0) << out;
+  EXPECT_NE(out.find("config change allowed: train.max_steps: 12 -> 14"), std::string::npos) << out;
+}
+
+TEST_F(TrainCli, SigtermSavesAndExitsCleanly) {
+  const std::string name = "sigterm";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::string cmd = std::string(KEEL_BINARY) + " " + args(name, "--set train.max_steps=100000 --set checkpoint.every=0") +
+                      " > /dev/null 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until it is training (first metrics line), then ask it to stop.
+  for (int i = 0; i < 600 && read_metrics_size_ok(run_path(name)) == false; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal instead of stopping cleanly";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  auto summary = read_json(run_path(name) + "/summary.json");
+  EXPECT_EQ(summary["stopped_by"], "signal");
+  const int64_t steps = summary["steps"].get<int64_t>();
+  EXPECT_TRUE(keel::path_exists(run_path(name) + "/checkpoints/step_" + std::string(8 - std::to_string(steps).size(), '0') +
+                                std::to_string(steps) + "/manifest.json"));
+}
+
+TEST_F(TrainCli, NonFiniteSkipAndHalt) {
+  std::string out;
+  setenv("KEEL_FAULT_INJECT", "nan_loss_at_step:5", 1);
+  int skip_rc = run_keel(args("nan_skip", "--set train.nonfinite=skip --set checkpoint.every=0"), &out);
+  std::string skip_out = out;
+  int halt_rc = run_keel(args("nan_halt", "--set train.nonfinite=halt"), &out);
+  unsetenv("KEEL_FAULT_INJECT");
+  EXPECT_EQ(skip_rc, 0) << skip_out;
+  auto s = read_json(run_path("nan_skip") + "/summary.json");
+  EXPECT_EQ(s["nonfinite_steps"], 1);
+  EXPECT_EQ(s["stopped_by"], "completed");
+  EXPECT_TRUE(s["final_loss"].is_number());
+
+  EXPECT_EQ(halt_rc, 3) << out;
+  auto h = read_json(run_path("nan_halt") + "/summary.json");
+  EXPECT_EQ(h["stopped_by"], "nonfinite");
+  EXPECT_EQ(h["steps"], 5);
+  EXPECT_TRUE(keel::path_exists(run_path("nan_halt") + "/nonfinite.jsonl"));
+  // The checkpoint at step 4 exists; nothing was saved after the bad step.
+  EXPECT_TRUE(keel::path_exists(run_path("nan_halt") + "/checkpoints/step_00000004/manifest.json"));
+  EXPECT_FALSE(keel::path_exists(run_path("nan_halt") + "/checkpoints/step_00000005"));
+}
+
+TEST_F(TrainCli, AccumulationGivesTheSameLosses) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("acc1", "--set train.batch_size=8 --set train.max_steps=6 --set checkpoint.every=0"), &out), 0)
+      << out;
+  ASSERT_EQ(run_keel(args("acc4", "--set train.batch_size=8 --set train.micro_batch_size=2 --set train.max_steps=6 "
+                                  "--set checkpoint.every=0"),
+                     &out),
+            0)
+      << out;
+  auto a = read_metrics(run_path("acc1")), b = read_metrics(run_path("acc4"));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i].loss, b[i].loss, 1e-4) << "step " << a[i].step;
+}
+
+TEST_F(TrainCli, RefusesToOverwriteAnotherRun) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("guard", "--set train.max_steps=2 --set train.warmup_steps=1 --set checkpoint.every=0"), &out), 0)
+      << out;
+  EXPECT_EQ(run_keel(args("guard", "--set train.max_steps=2 --set train.warmup_steps=1"), &out), 2) << out;
+  EXPECT_NE(out.find("already holds a run"), std::string::npos) << out;
+  EXPECT_TRUE(keel::path_exists(run_path("guard") + "/summary.json"));
+}
