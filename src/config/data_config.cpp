@@ -20,7 +20,7 @@ void declare_data_keys(Schema& s, DataConfig& d) {
   v.max = 0.5;
   auto& st = s.integer("data.shard_tokens", &d.shard_tokens, "tokens per shard file");
   st.min = 1024;
-  st.max = 1LL << 40;
+  st.max = 1e9;  // 2 GB of uint16 per file
   auto& th = s.integer("data.threads", &d.threads, "threads encoding the corpus; 0 = all cores");
   th.min = 0;
   th.max = 1024;

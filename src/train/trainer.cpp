@@ -119,8 +119,12 @@ void Trainer::setup() {
   tokenizer_path_ = cfg_.data.dir + "/" + data.tokenizer.file;
   const uint64_t seed = static_cast<uint64_t>(cfg_.run.seed);
   train_data_ = std::make_unique<BatchLoader>(cfg_.data.dir, "train", seq_len_, global_batch_, 0, 1, seed,
-                                              cfg_.data.prefetch);
-  val_data_ = std::make_unique<BatchLoader>(cfg_.data.dir, "val", seq_len_, micro_batch_, 0, 1, seed, 0);
+                                              cfg_.data.prefetch, cfg_.data.verify);
+  if (data.val.tokens > seq_len_)
+    val_data_ = std::make_unique<BatchLoader>(cfg_.data.dir, "val", seq_len_, micro_batch_, 0, 1, seed, 0,
+                                              cfg_.data.verify);
+  else
+    run_->log->warn("no validation split in " + cfg_.data.dir + " (data.val_fraction = 0?): evaluation is off");
 
   size_ = model_size(cfg_.model, seq_len_);
   model_ = build_model(cfg_.model, seed, compute_.device);
@@ -382,7 +386,7 @@ int Trainer::run() {
     steps_done_ = step + 1;
     const bool last = step + 1 == max_steps;
     const bool stopping = stop_requested() || (opts_.stop_after_step > 0 && step + 1 == opts_.stop_after_step);
-    const bool eval_now = last || (cfg_.train.eval_every > 0 && (step + 1) % cfg_.train.eval_every == 0);
+    const bool eval_now = val_data_ && (last || (cfg_.train.eval_every > 0 && (step + 1) % cfg_.train.eval_every == 0));
     // Non-finite values: checked every step on the CPU (free there), on
     // logging steps on CUDA (a host sync); the update was skipped regardless.
     const bool check_now = compute_.device.is_cpu() || (step + 1) % cfg_.train.log_every == 0 || last;

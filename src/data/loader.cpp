@@ -1,0 +1,146 @@
+#include "data/loader.h"
+
+#include <chrono>
+#include <stdexcept>
+
+#include "data/data_error.h"
+#include "data/hashing.h"
+#include "data/permutation.h"
+
+namespace keel {
+
+BatchLoader::BatchLoader(const std::string& dir, const std::string& split, int64_t seq_len, int64_t global_batch,
+                         int64_t rank, int64_t world_size, uint64_t seed, int64_t prefetch, bool verify)
+    : manifest_(read_data_manifest(dir)),
+      stream_(dir, manifest_, split, verify),
+      seq_len_(seq_len),
+      global_batch_(global_batch),
+      rank_(rank),
+      world_(world_size),
+      seed_(seed),
+      prefetch_(prefetch) {
+  if (seq_len < 1 || global_batch < 1 || world_size < 1 || rank < 0 || rank >= world_size || prefetch < 0)
+    throw std::invalid_argument("BatchLoader: need seq_len >= 1, global_batch >= 1, 0 <= rank < world_size, "
+                                "prefetch >= 0");
+  if (global_batch % world_size != 0)
+    throw std::invalid_argument("BatchLoader: global batch " + std::to_string(global_batch) +
+                                " is not divisible by world size " + std::to_string(world_size));
+  rows_ = global_batch / world_size;
+  const int64_t N = stream_.size(), T = seq_len;
+  if (N < T + 1)
+    throw DataError(dir + ": the " + split + " split has " + std::to_string(N) + " tokens, fewer than one window of " +
+                    std::to_string(T + 1) + " (seq_len + 1); use a shorter seq_len or more text");
+  val_windows_ = (N - 1) / T;
+  windows_ = (N - T) / T;
+  if (windows_ < 1) {  // shorter than 2T: a single window, never shifted
+    windows_ = 1;
+    shift_epochs_ = false;
+  }
+  if (prefetch_ > 0) thread_ = std::thread(&BatchLoader::prefetch_loop, this);
+}
+
+BatchLoader::~BatchLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t BatchLoader::window_start(int64_t g) const {
+  const int64_t epoch = g / windows_, k = g % windows_;
+  const uint64_t epoch_key = mix64(seed_ ^ mix64(static_cast<uint64_t>(epoch) + 0x5eed));
+  const int64_t offset = (epoch == 0 || !shift_epochs_) ? 0 : static_cast<int64_t>(mix64(epoch_key) % seq_len_);
+  return offset + static_cast<int64_t>(Permutation(windows_, epoch_key)(static_cast<uint64_t>(k))) * seq_len_;
+}
+
+std::vector<int64_t> BatchLoader::window_starts(int64_t step) const {
+  if (step < 0) throw std::invalid_argument("BatchLoader: negative step");
+  std::vector<int64_t> starts(rows_);
+  for (int64_t j = 0; j < rows_; ++j) starts[j] = window_start(step * global_batch_ + rank_ * rows_ + j);
+  return starts;
+}
+
+std::vector<int64_t> BatchLoader::val_window_starts(int64_t i) const {
+  if (i < 0) throw std::invalid_argument("BatchLoader: negative validation batch index");
+  std::vector<int64_t> starts(rows_);
+  for (int64_t j = 0; j < rows_; ++j) starts[j] = ((i * global_batch_ + rank_ * rows_ + j) % val_windows_) * seq_len_;
+  return starts;
+}
+
+Batch BatchLoader::assemble(const std::vector<int64_t>& starts) const {
+  const int64_t T = seq_len_;
+  Batch b{torch::empty({rows_, T}, torch::kInt64), torch::empty({rows_, T}, torch::kInt64)};
+  int64_t* in = b.inputs.data_ptr<int64_t>();
+  int64_t* tg = b.targets.data_ptr<int64_t>();
+  for (int64_t j = 0; j < rows_; ++j) {
+    stream_.read(starts[j], T, in + j * T);
+    stream_.read(starts[j] + 1, T, tg + j * T);
+  }
+  return b;
+}
+
+Batch BatchLoader::make_batch(int64_t step) const { return assemble(window_starts(step)); }
+Batch BatchLoader::val_batch(int64_t i) const { return assemble(val_window_starts(i)); }
+
+double BatchLoader::epochs_at(int64_t step) const {
+  return static_cast<double>(step) * global_batch_ / static_cast<double>(windows_);
+}
+
+Batch BatchLoader::get(int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Batch batch;
+  bool have = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (queued_.count(step) || in_progress_ == step || ready_.count(step)) {
+      cv_.wait(lock, [&] { return ready_.count(step) > 0 || failed_.count(step) > 0; });
+      if (ready_.count(step)) {
+        batch = std::move(ready_[step]);
+        ready_.erase(step);
+        have = true;
+      }
+      failed_.erase(step);  // rebuilt below, on this thread, where its exception reaches the caller
+    }
+    // Older steps will not be asked for in a run that goes forward.
+    ready_.erase(ready_.begin(), ready_.lower_bound(step));
+    for (auto it = queued_.begin(); it != queued_.end() && *it < step;) it = queued_.erase(it);
+  }
+  if (!have) batch = make_batch(step);
+  last_wait_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  total_wait_ms_ += last_wait_ms_;
+  if (prefetch_ > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int64_t s = step + 1; s <= step + prefetch_; ++s)
+      if (!ready_.count(s) && in_progress_ != s) queued_.insert(s);
+    cv_.notify_all();
+  }
+  return batch;
+}
+
+void BatchLoader::prefetch_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queued_.empty(); });
+    if (stop_) return;
+    int64_t step = *queued_.begin();
+    queued_.erase(queued_.begin());
+    in_progress_ = step;
+    lock.unlock();
+    Batch b;
+    bool ok = true;
+    try {
+      b = make_batch(step);  // reads the mapped shards; page faults happen here, not in the training loop
+    } catch (...) {
+      ok = false;
+    }
+    lock.lock();
+    in_progress_ = -1;
+    if (ok) ready_[step] = std::move(b);
+    else failed_.insert(step);
+    cv_.notify_all();
+  }
+}
+
+}  // namespace keel

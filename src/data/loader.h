@@ -1,0 +1,111 @@
+// BatchLoader: (inputs, targets) batches from a prepared data directory.
+//
+// A split is one token stream (token_stream.h). A sample is a window of T+1
+// tokens; inputs are its first T, targets its last T.
+//
+// Training order (get): windows start at o_e + k*T for k in [0, n), with
+// n = floor((N - T) / T) so that every offset o_e in [0, T) fits (if the
+// split is shorter than 2T, n = 1 and o_e = 0). Epoch 0 uses o_0 = 0; later
+// epochs shift the window grid by a seeded offset so a model trained for
+// several epochs does not see the same context boundaries every time.
+// Global sample g = step * global_batch + j lives in epoch e = g / n and is
+// window perm_e(g % n), perm_e a seeded permutation (permutation.h). Rank r
+// of W gets rows [r*B/W, (r+1)*B/W) of the global batch. So the batch is a
+// pure function of (data, seed, step, rank, world size): a resumed run sees
+// exactly the batches it would have seen, ranks are disjoint, and together
+// they form the single-process global batch.
+//
+// Validation order (val_batch): window k starts at k*T, k in
+// [0, floor((N-1)/T)); batch i holds windows i*B + j (mod the window count),
+// the same for every run and seed.
+//
+// A background thread builds the next `prefetch` batches after each get(),
+// so a training loop that asks for steps in order finds them ready.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "data/manifest.h"
+#include "data/token_stream.h"
+
+namespace keel {
+
+struct Batch {
+  torch::Tensor inputs;   // int64 [rows, T], CPU
+  torch::Tensor targets;  // int64 [rows, T], CPU: inputs shifted by one
+};
+
+class BatchLoader {
+ public:
+  // Opens data_dir/manifest.json and the shards of `split` ("train" or
+  // "val"); with `verify`, reads every shard once (checksum, ids < vocab).
+  // Throws DataError for a bad directory or a split shorter than T+1 tokens,
+  // std::invalid_argument for inconsistent arguments.
+  BatchLoader(const std::string& data_dir, const std::string& split, int64_t seq_len, int64_t global_batch,
+              int64_t rank, int64_t world_size, uint64_t seed, int64_t prefetch, bool verify = true);
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  // This rank's rows of global training batch `step` (a pure function of the
+  // constructor arguments and step), from the prefetch thread when ready.
+  Batch get(int64_t step);
+  // The same, always computed on the calling thread.
+  Batch make_batch(int64_t step) const;
+  // This rank's rows of the i-th fixed sequential batch (for validation).
+  Batch val_batch(int64_t i) const;
+
+  // Stream offsets of this rank's windows in batch `step` (for tests/debugging).
+  std::vector<int64_t> window_starts(int64_t step) const;
+  std::vector<int64_t> val_window_starts(int64_t i) const;
+
+  int64_t rows() const { return rows_; }                  // global_batch / world_size
+  int64_t seq_len() const { return seq_len_; }
+  int64_t tokens() const { return stream_.size(); }       // tokens in this split
+  int64_t windows_per_epoch() const { return windows_; }  // training order
+  int64_t val_windows() const { return val_windows_; }    // distinct sequential windows
+  double epochs_at(int64_t step) const;                   // epochs consumed after `step` steps
+  int64_t vocab_size() const { return manifest_.tokenizer.vocab_size; }
+  int32_t eos_id() const { return manifest_.tokenizer.eos_id; }
+  const DataManifest& manifest() const { return manifest_; }
+
+  // Milliseconds the last get() blocked the caller (0 when prefetched in
+  // time), and the sum over all get() calls.
+  double last_wait_ms() const { return last_wait_ms_; }
+  double total_wait_ms() const { return total_wait_ms_; }
+
+ private:
+  int64_t window_start(int64_t sample) const;
+  Batch assemble(const std::vector<int64_t>& starts) const;
+  void prefetch_loop();
+
+  DataManifest manifest_;
+  TokenStream stream_;
+  int64_t seq_len_, global_batch_, rank_, world_, rows_;
+  uint64_t seed_;
+  int64_t windows_ = 0, val_windows_ = 0;
+  bool shift_epochs_ = true;
+
+  int64_t prefetch_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<int64_t> queued_;          // steps requested but not started
+  int64_t in_progress_ = -1;          // step being built, or -1
+  std::map<int64_t, Batch> ready_;
+  std::set<int64_t> failed_;          // built with an exception; get() rebuilds them to rethrow
+  bool stop_ = false;
+  double last_wait_ms_ = 0, total_wait_ms_ = 0;
+};
+
+}  // namespace keel

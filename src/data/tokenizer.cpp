@@ -1,0 +1,92 @@
+#include "data/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+
+#include "data/data_error.h"
+
+namespace keel {
+
+Tokenizer::Tokenizer(const std::string& model_path) : name_(model_path) {
+  std::ifstream in(model_path, std::ios::binary);
+  if (!in) throw data_error(model_path, "cannot open tokenizer model (does it exist and is it readable?)");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (!in.good() && !in.eof()) throw data_error(model_path, "read error");
+  load_serialized(bytes.str());
+}
+
+Tokenizer Tokenizer::from_serialized(const std::string& proto, const std::string& name) {
+  Tokenizer t;
+  t.name_ = name;
+  t.load_serialized(proto);
+  return t;
+}
+
+void Tokenizer::load_serialized(const std::string& proto) {
+  sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  auto status = sp_->LoadFromSerializedProto(proto);
+  if (!status.ok())
+    throw data_error(name_, "not a valid SentencePiece model: " + status.ToString());
+  if (sp_->GetPieceSize() <= 0) throw data_error(name_, "SentencePiece model has no pieces");
+}
+
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  auto status = sp_->Encode(absl::string_view(text.data(), text.size()), &ids);
+  if (!status.ok()) throw DataError("tokenizer " + name_ + ": encode failed: " + status.ToString());
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::vector<int> v(ids.begin(), ids.end());
+  const int n = sp_->GetPieceSize();
+  for (int id : v)
+    if (id < 0 || id >= n)
+      throw DataError("tokenizer " + name_ + ": cannot decode id " + std::to_string(id) + " (vocab size " +
+                      std::to_string(n) + ")");
+  std::string out;
+  auto status = sp_->Decode(v, &out);
+  if (!status.ok()) throw DataError("tokenizer " + name_ + ": decode failed: " + status.ToString());
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
+  std::vector<int32_t> v;
+  v.reserve(ids.size());
+  for (int64_t id : ids) {
+    if (id < 0 || id > INT32_MAX)
+      throw DataError("tokenizer " + name_ + ": cannot decode id " + std::to_string(id));
+    v.push_back(static_cast<int32_t>(id));
+  }
+  return decode(v);
+}
+
+std::string Tokenizer::piece(int32_t id) const {
+  if (id < 0 || id >= sp_->GetPieceSize())
+    throw DataError("tokenizer " + name_ + ": no piece with id " + std::to_string(id));
+  return sp_->IdToPiece(id);
+}
+
+int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+int32_t Tokenizer::bos_id() const { return sp_->bos_id(); }
+int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
+int32_t Tokenizer::pad_id() const { return sp_->pad_id(); }
+int32_t Tokenizer::unk_id() const { return sp_->unk_id(); }
+
+bool Tokenizer::byte_fallback() const {
+  int bytes = 0;
+  for (int i = 0; i < sp_->GetPieceSize() && bytes < 256; ++i) bytes += sp_->IsByte(i) ? 1 : 0;
+  return bytes == 256;
+}
+
+std::string Tokenizer::serialized() const { return sp_->serialized_model_proto(); }
+
+}  // namespace keel

@@ -1,0 +1,52 @@
+// Tokenizer: a SentencePiece model, loaded from a standard .model file (the
+// serialized ModelProto that the sentencepiece Python package and Hugging Face
+// tokenizers also read).
+//
+// Tokenizers trained by keel (tokenizer_train.h) have the fixed special ids
+// pad=0, bos=1, eos=2, unk=3, byte fallback on, and identity normalization
+// without a dummy prefix, so decode(encode(text)) == text for any valid UTF-8
+// and encode(a + b) == encode(a) + encode(b) whenever a ends in '\n'.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sentencepiece { class SentencePieceProcessor; }
+
+namespace keel {
+
+class Tokenizer {
+ public:
+  // Throws DataError naming the file when it is missing or not a valid model.
+  explicit Tokenizer(const std::string& model_path);
+  // From a serialized ModelProto; `name` labels it in errors.
+  static Tokenizer from_serialized(const std::string& proto, const std::string& name);
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+
+  std::vector<int32_t> encode(std::string_view text) const;    // no BOS/EOS added
+  std::string decode(const std::vector<int32_t>& ids) const;   // control ids (BOS/EOS/PAD) decode to ""
+  std::string decode(const std::vector<int64_t>& ids) const;
+  std::string piece(int32_t id) const;                         // "▁the", "<0x0A>", "</s>"
+
+  int64_t vocab_size() const;
+  int32_t bos_id() const;  // -1 when the model has none
+  int32_t eos_id() const;
+  int32_t pad_id() const;
+  int32_t unk_id() const;
+  bool byte_fallback() const;  // true when the model has all 256 <0xNN> pieces
+  const std::string& name() const { return name_; }
+  std::string serialized() const;  // the ModelProto bytes, as in the .model file
+
+ private:
+  Tokenizer() = default;
+  void load_serialized(const std::string& proto);
+  std::string name_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+};
+
+}  // namespace keel

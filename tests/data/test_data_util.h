@@ -1,0 +1,113 @@
+// Helpers shared by the data pipeline's test programs: tiny generated
+// corpora and configs that prepare in well under a second.
+#pragma once
+
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdint>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "data/fs_util.h"
+#include "data/prepare.h"
+#include "test_util.h"
+
+namespace keel_test {
+
+inline void write_text(const std::string& path, const std::string& content) {
+  keel::data_fs::make_dirs(keel::data_fs::parent_of(path));
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+inline void append_text(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary | std::ios::app);
+  out << content;
+}
+
+// Not std::filesystem: libtorch.so interposes some of it (see src/data/fs_util.h).
+inline bool exists(const std::string& path) { return keel::data_fs::kind_of(path) != keel::data_fs::Kind::missing; }
+inline int64_t file_size(const std::string& path) { return keel::data_fs::file_bytes(path); }
+inline void truncate_file(const std::string& path, int64_t size) {
+  if (::truncate(path.c_str(), size) != 0) throw std::runtime_error("truncate failed for " + path);
+}
+
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void write_gzip(const std::string& path, const std::string& content) {
+  keel::data_fs::make_dirs(keel::data_fs::parent_of(path));
+  gzFile f = gzopen(path.c_str(), "wb");
+  if (!f || gzwrite(f, content.data(), static_cast<unsigned>(content.size())) != static_cast<int>(content.size()))
+    throw std::runtime_error("gzwrite failed for " + path);
+  gzclose(f);
+}
+
+// Deterministic pseudo-English documents: sentences over a small word list,
+// a few lines each, with some non-ASCII words so byte fallback and UTF-8
+// handling are exercised.
+inline std::vector<std::string> make_documents(int n, uint64_t seed) {
+  static const std::vector<std::string> words = {
+      "the", "a", "model", "learns", "to", "predict", "next", "token", "from", "text", "and", "loss",
+      "falls", "slowly", "when", "rate", "is", "high", "training", "goes", "unstable", "attention",
+      "logits", "grow", "large", "layer", "norm", "keeps", "them", "small", "data", "shard", "batch",
+      "step", "café", "naïve", "über", "señor", "déjà", "vu", "of", "in", "on", "we", "see", "it"};
+  std::mt19937_64 rng(seed);
+  std::vector<std::string> docs;
+  for (int d = 0; d < n; ++d) {
+    std::string doc = "Document " + std::to_string(seed) + "-" + std::to_string(d) + "\n";
+    int lines = 1 + static_cast<int>(rng() % 4);
+    for (int l = 0; l < lines; ++l) {
+      int sentences = 1 + static_cast<int>(rng() % 3);
+      for (int s = 0; s < sentences; ++s) {
+        int len = 4 + static_cast<int>(rng() % 10);
+        for (int w = 0; w < len; ++w) {
+          std::string word = words[rng() % words.size()];
+          if (w == 0) word[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(word[0])));
+          doc += word + (w + 1 < len ? " " : ". ");
+        }
+      }
+      doc.pop_back();
+      if (l + 1 < lines) doc += "\n";
+    }
+    docs.push_back(doc);
+  }
+  return docs;
+}
+
+// Documents joined with a separator line, as data.doc_separator expects.
+inline std::string join_documents(const std::vector<std::string>& docs, const std::string& sep = "<|endoftext|>") {
+  std::string out;
+  for (size_t i = 0; i < docs.size(); ++i) out += docs[i] + "\n" + (i + 1 < docs.size() ? sep + "\n" : "");
+  return out;
+}
+
+// A config for a tiny corpus: 400-piece tokenizer, 1024-token shards.
+inline keel::Config tiny_config(const std::string& data_dir, const std::vector<std::string>& sources) {
+  keel::Config c;
+  c.model.vocab_size = 400;
+  c.data.dir = data_dir;
+  c.data.sources = sources;
+  c.data.val_fraction = 0.1;
+  c.data.shard_tokens = 1024;
+  c.data.tokenizer_sample_mb = 1;
+  c.data.threads = 2;
+  return c;
+}
+
+inline keel::PrepareResult prepare_quietly(const keel::Config& c, bool force = false) {
+  keel::PrepareOptions o;
+  o.quiet = true;
+  o.force = force;
+  return keel::prepare_data(c, o);
+}
+
+}  // namespace keel_test
