@@ -12,13 +12,9 @@ int report_config_error(const std::string& what) {
 }
 
 int cmd_validate(const std::string& path, const std::vector<std::string>& overrides) {
-  try {
-    Config config = load_config(path, overrides);
-    std::cout << "# resolved from " << path << "\n" << config_to_yaml(config);
-    return 0;
-  } catch (const ConfigError& e) {
-    return report_config_error(e.what());
-  }
+  Config config = load_config(path, overrides);
+  std::cout << "# resolved from " << path << "\n" << config_to_yaml(config);
+  return 0;
 }
 
 int cmd_describe(bool markdown) {

@@ -4,20 +4,14 @@
 
 #include "cli/commands.h"
 #include "config/config.h"
-#include "data/data_error.h"
 #include "data/manifest.h"
 #include "data/prepare.h"
 
 namespace keel {
 
 int cmd_prepare(const std::string& path, const std::vector<std::string>& overrides, const PrepareCliOptions& cli) {
-  Config config;
-  try {
-    config = load_config(path, overrides);
-  } catch (const ConfigError& e) {
-    return report_config_error(e.what());
-  }
-  try {
+  Config config = load_config(path, overrides);
+  {
     if (cli.verify) {
       verify_prepared(config.data.dir);
       std::cout << prepare_summary(read_data_manifest(config.data.dir), config.data.dir)
@@ -33,9 +27,6 @@ int cmd_prepare(const std::string& path, const std::vector<std::string>& overrid
                 << "(--force rebuilds it)\n";
     std::cout << prepare_summary(r.manifest, config.data.dir);
     return 0;
-  } catch (const DataError& e) {
-    std::cerr << "keel: data error: " << e.what() << "\n";
-    return 2;
   }
 }
 

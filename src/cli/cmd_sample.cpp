@@ -5,7 +5,6 @@
 #include "checkpoint/checkpoint_store.h"
 #include "checkpoint/posix_io.h"
 #include "cli/commands.h"
-#include "data/data_error.h"
 #include "data/tokenizer.h"
 #include "model/generate.h"
 #include "model/init.h"
@@ -27,7 +26,7 @@ static std::string resolve_checkpoint(const std::string& path) {
 }
 
 int cmd_sample(const std::string& path, const std::string& prompt, const SampleOptions& options) {
-  try {
+  {
     const std::string dir = resolve_checkpoint(path);
     Config config = checkpoint_config(dir);
     Transformer model(config.model);
@@ -41,12 +40,6 @@ int cmd_sample(const std::string& path, const std::string& prompt, const SampleO
     auto out = generate(model, ids, o);
     std::cout << prompt << tokenizer.decode(out) << std::endl;
     return 0;
-  } catch (const CheckpointError& e) {
-    std::cerr << "keel: " << e.what() << "\n";
-    return 2;
-  } catch (const DataError& e) {
-    std::cerr << "keel: " << e.what() << "\n";
-    return 2;
   }
 }
 

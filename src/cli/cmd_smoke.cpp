@@ -11,12 +11,7 @@
 namespace keel {
 
 int cmd_smoke(const std::string& path, const std::vector<std::string>& overrides) {
-  Config config;
-  try {
-    config = load_config(path, overrides);
-  } catch (const ConfigError& e) {
-    return report_config_error(e.what());
-  }
+  Config config = load_config(path, overrides);
   const auto& m = config.model;
   const int64_t T = config.seq_len(), B = 2;
   ModelSize size = model_size(m, T);

@@ -4,7 +4,11 @@
 #include <iostream>
 
 #include "cli/cmd_prepare.h"
+#include "checkpoint/checkpoint_error.h"
 #include "cli/commands.h"
+#include "config/config.h"
+#include "data/data_error.h"
+#include "train/run_dir.h"
 #include "model/generate.h"
 
 int main(int argc, char** argv) {
@@ -71,6 +75,17 @@ int main(int argc, char** argv) {
     if (*sample) return keel::cmd_sample(sample_path, prompt, sample_options);
     if (*prepare) return keel::cmd_prepare(config_path, overrides, prepare_options);
     if (*train) return keel::cmd_train(config_path, overrides, resume, stop_after_step);
+  } catch (const keel::ConfigError& e) {  // bad input: exit 2 (DEVELOPERS.md, "Standards")
+    return keel::report_config_error(e.what());
+  } catch (const keel::DataError& e) {
+    std::cerr << "keel: data error: " << e.what() << "\n";
+    return 2;
+  } catch (const keel::CheckpointError& e) {
+    std::cerr << "keel: checkpoint error: " << e.what() << "\n";
+    return 2;
+  } catch (const keel::RunDirError& e) {
+    std::cerr << "keel: " << e.what() << "\n";
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << "keel: error: " << e.what() << "\n";
     return 1;
