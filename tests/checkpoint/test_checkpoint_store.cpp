@@ -29,18 +29,11 @@ using keel::CheckpointError;
 using keel::CheckpointFile;
 using keel::CheckpointStore;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
+using keel_test::read_file;
+using keel_test::write_file;
 
 CheckpointFile text_file(const std::string& name, const std::string& content) {
-  return {name, [content](const std::string& path) { write_text(path, content); }};
+  return {name, [content](const std::string& path) { write_file(path, content); }};
 }
 
 // A typical checkpoint: two safetensors files and a JSON state file; the
@@ -70,7 +63,7 @@ void make_dir(const std::string& dir) { ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) <
 // Copies the files of a flat directory.
 void copy_dir(const std::string& from, const std::string& to) {
   make_dir(to);
-  for (const auto& name : entries(from)) write_text(to + "/" + name, read_text(from + "/" + name));
+  for (const auto& name : entries(from)) write_file(to + "/" + name, read_file(from + "/" + name));
 }
 
 void shrink_file(const std::string& path, uint64_t new_size) {
@@ -132,9 +125,9 @@ std::vector<int64_t> valid_steps(const CheckpointStore& store) {
 
 // Flips one byte in the middle of a file, keeping its size.
 void flip_byte(const std::string& path) {
-  std::string bytes = read_text(path);
+  std::string bytes = read_file(path);
   bytes[bytes.size() / 2] ^= 0x01;
-  write_text(path, bytes);
+  write_file(path, bytes);
 }
 
 class CheckpointStoreTest : public ::testing::Test {
@@ -237,20 +230,20 @@ TEST_F(CheckpointStoreTest, BadManifestRejected) {
   CheckpointStore store(run_dir_);
   const std::string dir = store.save(3, files_for(3));
   const std::string manifest = dir + "/manifest.json";
-  const std::string good = read_text(manifest);
+  const std::string good = read_file(manifest);
 
-  write_text(manifest, good.substr(0, good.size() / 2));
+  write_file(manifest, good.substr(0, good.size() / 2));
   expect_error([&] { CheckpointStore::verify(dir); }, {manifest, "bad manifest", "not valid JSON"});
-  write_text(manifest, std::string(good).replace(good.find("\"step\": 3"), 9, "\"step\": 4"));
+  write_file(manifest, std::string(good).replace(good.find("\"step\": 3"), 9, "\"step\": 4"));
   expect_error([&] { CheckpointStore::verify(dir); }, {manifest, "says step 4", "step_00000003"});
-  write_text(manifest, std::string(good).replace(good.find("\"version\": 1"), 12, "\"version\": 2"));
+  write_file(manifest, std::string(good).replace(good.find("\"version\": 1"), 12, "\"version\": 2"));
   expect_error([&] { CheckpointStore::verify(dir); }, {manifest, "version 2"});
-  write_text(manifest, std::string(good).replace(good.find("\"step\": 3"), 9, "\"step\": \"3\""));
+  write_file(manifest, std::string(good).replace(good.find("\"step\": 3"), 9, "\"step\": \"3\""));
   expect_error([&] { CheckpointStore::verify(dir); }, {manifest, "step"});
-  write_text(manifest, std::string(good).replace(good.find("state.json"), 10, "../x.json"));
+  write_file(manifest, std::string(good).replace(good.find("state.json"), 10, "../x.json"));
   expect_error([&] { CheckpointStore::verify(dir); }, {manifest, "'../x.json'", "'/'"});
   EXPECT_FALSE(store.latest_valid().has_value());
-  write_text(manifest, good);
+  write_file(manifest, good);
   EXPECT_EQ(store.latest_valid(), dir);
 }
 
@@ -293,7 +286,7 @@ TEST_F(CheckpointStoreTest, KillAfterReplacingRenameLeavesNewCopy) {
   int status = run_in_child("save_crash_after:rename", [&] { store.save(1, files_for(7)); });
   ASSERT_TRUE(killed(status));
   EXPECT_EQ(store.latest_valid(), dir);
-  EXPECT_EQ(read_text(dir + "/state.json"), "{\"step\": 7}\n");
+  EXPECT_EQ(read_file(dir + "/state.json"), "{\"step\": 7}\n");
   EXPECT_TRUE(has_leftover(store.checkpoints_dir()));
   store.prune(1, 0);
   EXPECT_FALSE(has_leftover(store.checkpoints_dir()));
@@ -310,7 +303,7 @@ TEST_F(CheckpointStoreTest, SavingTheSameStepTwiceReplacesIt) {
   CheckpointStore store(run_dir_);
   store.save(5, files_for(5));
   const std::string dir = store.save(5, {text_file("state.json", "second"), text_file("extra.txt", "x")});
-  EXPECT_EQ(read_text(dir + "/state.json"), "second");
+  EXPECT_EQ(read_file(dir + "/state.json"), "second");
   EXPECT_EQ(entries(dir), (std::vector<std::string>{"extra.txt", "manifest.json", "state.json"}));
   EXPECT_EQ(entries(store.checkpoints_dir()), std::vector<std::string>{"step_00000005"});  // old copy deleted
   EXPECT_EQ(store.latest_valid(), dir);
@@ -322,11 +315,11 @@ TEST_F(CheckpointStoreTest, InstallDirectoryBothModes) {
     make_dir(base);
     make_dir(base + "/new");
     make_dir(base + "/final");
-    write_text(base + "/new/f", "new");
-    write_text(base + "/final/f", "old");
+    write_file(base + "/new/f", "new");
+    write_file(base + "/final/f", "old");
     std::string old = keel::install_directory(base + "/new", base + "/final", base + "/aside", mode);
-    EXPECT_EQ(read_text(base + "/final/f"), "new");
-    EXPECT_EQ(read_text(old + "/f"), "old");
+    EXPECT_EQ(read_file(base + "/final/f"), "new");
+    EXPECT_EQ(read_file(old + "/f"), "old");
     EXPECT_EQ(old, mode == keel::InstallMode::two_renames ? base + "/aside" : base + "/new");
     // Nothing to replace: a plain rename.
     make_dir(base + "/third");
@@ -368,7 +361,7 @@ TEST_F(CheckpointStoreTest, WriterFailuresAreReportedAndCleanedUp) {
 TEST_F(CheckpointStoreTest, UnwritableCheckpointsDirectory) {
   // Tests run as root, where modes do not stop writes; a regular file where
   // the directory should be fails for everyone.
-  write_text(run_dir_ + "/checkpoints", "not a directory");
+  write_file(run_dir_ + "/checkpoints", "not a directory");
   CheckpointStore store(run_dir_);
   expect_error([&] { store.save(1, files_for(1)); }, {run_dir_ + "/checkpoints", "not a directory"});
 

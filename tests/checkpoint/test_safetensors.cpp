@@ -20,15 +20,8 @@ namespace {
 using keel::CheckpointError;
 using keel::TensorMap;
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using keel_test::read_file;
+using keel_test::write_file;
 
 // A file made by hand: 8-byte length, `header` as given (not padded), `data`.
 std::string raw_file(const std::string& header, const std::string& data) {
@@ -130,7 +123,7 @@ TEST_F(SafetensorsTest, FileLayoutMatchesTheSpec) {
   keel::write_safetensors(path("l.safetensors"),
                           {{"b", torch::tensor({1.0f, -2.0f})}, {"a", torch::tensor({7}, torch::kInt16)}},
                           {{"k", "v"}});
-  std::string bytes = read_bytes(path("l.safetensors"));
+  std::string bytes = read_file(path("l.safetensors"));
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
   EXPECT_EQ(n % 8, 0u) << "header must be padded to 8 bytes";
@@ -167,7 +160,7 @@ TEST_F(SafetensorsTest, WriterRejectsBadInput) {
 
 TEST_F(SafetensorsTest, WriterReportsSystemErrors) {
   // A path below a regular file: ENOTDIR.
-  write_bytes(path("plain"), "x");
+  write_file(path("plain"), "x");
   const std::string under_file = path("plain") + "/m.safetensors";
   expect_error([&] { keel::write_safetensors(under_file, {{"x", torch::zeros({2})}}); },
                {under_file, "cannot create", "Not a directory", "errno"});
@@ -182,16 +175,16 @@ TEST_F(SafetensorsTest, WriterReportsSystemErrors) {
 TEST_F(SafetensorsTest, ReaderRejectsTruncatedFiles) {
   const std::string good = path("good.safetensors");
   keel::write_safetensors(good, {{"a", torch::ones({16})}, {"b", torch::ones({4}, torch::kInt64)}});
-  const std::string bytes = read_bytes(good);
+  const std::string bytes = read_file(good);
   const std::string p = path("cut.safetensors");
 
-  write_bytes(p, bytes.substr(0, bytes.size() - 1));  // last data byte missing
+  write_file(p, bytes.substr(0, bytes.size() - 1));  // last data byte missing
   expect_error([&] { keel::read_safetensors(p); }, {p, "tensor 'b'", "truncated"});
-  write_bytes(p, bytes.substr(0, 20));  // inside the header
+  write_file(p, bytes.substr(0, 20));  // inside the header
   expect_error([&] { keel::read_safetensors(p); }, {p, "header length", "exceeds"});
-  write_bytes(p, bytes.substr(0, 5));  // inside the length
+  write_file(p, bytes.substr(0, 5));  // inside the length
   expect_error([&] { keel::read_safetensors(p); }, {p, "5 bytes", "too short"});
-  write_bytes(p, "");
+  write_file(p, "");
   expect_error([&] { keel::read_safetensors(p); }, {p, "0 bytes"});
   expect_error([&] { keel::read_safetensors(path("missing.safetensors")); },
                {path("missing.safetensors"), "No such file"});
@@ -200,30 +193,30 @@ TEST_F(SafetensorsTest, ReaderRejectsTruncatedFiles) {
 TEST_F(SafetensorsTest, ReaderRejectsCorruptedHeader) {
   const std::string good = path("good.safetensors");
   keel::write_safetensors(good, {{"a", torch::ones({16})}});
-  std::string bytes = read_bytes(good);
+  std::string bytes = read_file(good);
   const std::string p = path("bad.safetensors");
 
   std::string flipped = bytes;
   flipped[8] = 'X';  // the opening '{'
-  write_bytes(p, flipped);
+  write_file(p, flipped);
   expect_error([&] { keel::read_safetensors(p); }, {p, "not valid JSON", "bytes 8-"});
 
   std::string huge = bytes;
   huge[7] = 0x7f;  // length ~ 2^63
-  write_bytes(p, huge);
+  write_file(p, huge);
   expect_error([&] { keel::read_safetensors(p); }, {p, "header length", "exceeds"});
 
-  write_bytes(p, raw_file("[1,2]", ""));
+  write_file(p, raw_file("[1,2]", ""));
   expect_error([&] { keel::read_safetensors(p); }, {p, "not a JSON object"});
-  write_bytes(p, raw_file(R"({"a":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", "abcd"));
+  write_file(p, raw_file(R"({"a":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", "abcd"));
   expect_error([&] { keel::read_safetensors(p); }, {p, "'a'", "unknown dtype \"F33\""});
-  write_bytes(p, raw_file(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "abcd"));
+  write_file(p, raw_file(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "abcd"));
   expect_error([&] { keel::read_safetensors(p); }, {p, "'a'", "shape"});
-  write_bytes(p, raw_file(R"({"a":{"dtype":"F32","data_offsets":[0,4]}})", "abcd"));
+  write_file(p, raw_file(R"({"a":{"dtype":"F32","data_offsets":[0,4]}})", "abcd"));
   expect_error([&] { keel::read_safetensors(p); }, {p, "'a'", "\"shape\""});
-  write_bytes(p, raw_file(R"({"__metadata__":{"k":1}})", ""));
+  write_file(p, raw_file(R"({"__metadata__":{"k":1}})", ""));
   expect_error([&] { keel::read_safetensors(p); }, {p, "__metadata__", "'k'", "not a string"});
-  write_bytes(p, raw_file(R"({"a":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", std::string("\x01\x07", 2)));
+  write_file(p, raw_file(R"({"a":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", std::string("\x01\x07", 2)));
   expect_error([&] { keel::read_safetensors(p); }, {p, "'a'", "BOOL byte", "is 7"});
 }
 
@@ -231,26 +224,26 @@ TEST_F(SafetensorsTest, ReaderRejectsBadOffsets) {
   const std::string p = path("off.safetensors");
   const std::string data(16, '\0');
   // Byte count does not match the shape.
-  write_bytes(p, raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", data));
+  write_file(p, raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", data));
   expect_error([&] { keel::read_safetensors(p); }, {p, "'a'", "span 16 bytes", "needs 12"});
   // Overlap.
-  write_bytes(p, raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
+  write_file(p, raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
                           R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", std::string(12, '\0')));
   expect_error([&] { keel::read_safetensors(p); }, {p, "'b'", "overlaps tensor 'a'"});
   // Out of range.
-  write_bytes(p, raw_file(R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", data));
+  write_file(p, raw_file(R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", data));
   expect_error([&] { keel::read_safetensors(p); }, {p, "'a'", "truncated"});
   // A gap.
-  write_bytes(p, raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", data));
+  write_file(p, raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", data));
   expect_error([&] { keel::read_safetensors(p); }, {p, "'a'", "gap of 8 bytes"});
   // Trailing bytes.
-  write_bytes(p, raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data));
+  write_file(p, raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data));
   expect_error([&] { keel::read_safetensors(p); }, {p, "8 trailing bytes"});
   // end < begin.
-  write_bytes(p, raw_file(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", data));
+  write_file(p, raw_file(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", data));
   expect_error([&] { keel::read_safetensors(p); }, {p, "'a'", "end before"});
   // A shape whose byte count overflows 64 bits.
-  write_bytes(p, raw_file(R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", ""));
+  write_file(p, raw_file(R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", ""));
   expect_error([&] { keel::read_safetensors(p); }, {p, "'a'", "overflows"});
 }
 
@@ -263,7 +256,7 @@ TEST_F(SafetensorsTest, ReaderAcceptsForeignLayout) {
   int32_t seven = 7;
   std::memcpy(&data[0], &seven, 4);
   std::memcpy(&data[4], &one, 4);
-  write_bytes(p, raw_file(R"( {"z":{"shape":[1],"data_offsets":[4,8],"dtype":"F32"},)"
+  write_file(p, raw_file(R"( {"z":{"shape":[1],"data_offsets":[4,8],"dtype":"F32"},)"
                           R"( "y":{"data_offsets":[0,4],"dtype":"I32","shape":[]}})", data));
   TensorMap out = keel::read_safetensors(p);
   ASSERT_EQ(out.size(), 2u);
