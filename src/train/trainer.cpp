@@ -18,6 +18,7 @@
 #include "model/init.h"
 #include "model/model_size.h"
 #include "train/device.h"
+#include "train/model_stats.h"
 #include "train/optimizer.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
@@ -101,6 +102,11 @@ class Trainer {
   int64_t interval_steps_ = 0;
   double last_loss_ = NAN, last_val_loss_ = NAN, best_val_loss_ = INFINITY, initial_loss_ = NAN;
   double loader_wait_ms_ = 0;
+  // Monitoring (monitor.every): statistics of the current step, merged into
+  // its metrics record; the per-layer maximum attention logit over the run.
+  nlohmann::json pending_monitor_;
+  std::vector<double> max_attn_logit_;
+  double param_norm_ = NAN, update_ratio_ = NAN;
   double tokens_per_s_sum_ = 0;
   int64_t tokens_per_s_n_ = 0;
 };
@@ -255,6 +261,15 @@ void Trainer::train_step(int64_t step) {
   auto wait0 = Clock::now();
   Batch batch = train_data_->get(step);
   loader_wait_ms_ += seconds_since(wait0) * 1e3;
+  if (cfg_.monitor.every > 0 && (step + 1) % cfg_.monitor.every == 0) {
+    const int64_t n = std::min<int64_t>(cfg_.monitor.sequences, batch.inputs.size(0));
+    pending_monitor_ = collect_model_stats(model_, batch.inputs.narrow(0, 0, n).to(compute_.device),
+                                           compute_.bf16_autocast);
+    const auto& attn = pending_monitor_["attn"];
+    max_attn_logit_.resize(attn.size(), 0.0);
+    for (size_t i = 0; i < attn.size(); ++i)
+      max_attn_logit_[i] = std::max(max_attn_logit_[i], attn[i]["max_logit"].get<double>());
+  }
   for (int64_t i = 0; i < n_micro_; ++i) {
     auto x = batch.inputs.narrow(0, i * micro_batch_, micro_batch_).to(compute_.device, /*non_blocking=*/true);
     auto y = batch.targets.narrow(0, i * micro_batch_, micro_batch_).to(compute_.device, true);
@@ -278,7 +293,24 @@ void Trainer::train_step(int64_t step) {
   // A non-finite loss or gradient skips the update on the device, no sync.
   auto found_inf = 1.0 - (torch::isfinite(grad_norm_) & torch::isfinite(loss_sum_)).to(torch::kFloat32);
   nonfinite_count_ += found_inf;
+  // On logging steps, also measure the update relative to the weights.
+  const bool logging = (step + 1) % cfg_.train.log_every == 0 || step + 1 == cfg_.train.max_steps;
+  std::vector<torch::Tensor> before;
+  if (logging) {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : optimizer_->params()) before.push_back(p.param.detach().clone());
+  }
   optimizer_->step(lr_, found_inf);
+  if (logging) {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> now;
+    for (const auto& p : optimizer_->params()) now.push_back(p.param.detach());
+    torch::_foreach_sub_(before, now);  // before := before - after = -update
+    auto update = torch::stack(torch::_foreach_norm(before, 2.0, torch::kFloat32)).norm();
+    auto weights = torch::stack(torch::_foreach_norm(now, 2.0, torch::kFloat32)).norm();
+    param_norm_ = weights.item<double>();
+    update_ratio_ = (update / weights).item<double>();
+  }
 }
 
 double Trainer::evaluate() {
@@ -328,6 +360,19 @@ void Trainer::log_step(int64_t step, bool eval_now) {
                         {"mfu", mfu},
                         {"elapsed_s", elapsed}};
   if (cfg_.train.z_loss > 0) rec["z_loss"] = z;
+  if (std::isfinite(param_norm_)) {  // measured on this step only (see train_step)
+    rec["param_norm"] = param_norm_;
+    rec["update_ratio"] = update_ratio_;
+    param_norm_ = update_ratio_ = NAN;
+  }
+  std::string monitor_text;
+  if (!pending_monitor_.is_null()) {
+    rec["attn"] = pending_monitor_["attn"];
+    rec["output"] = pending_monitor_["output"];
+    monitor_text = strf(" | attn L0 max %.1f | logit max %.1f", pending_monitor_["attn"][0]["max_logit"].get<double>(),
+                        pending_monitor_["output"]["max_logit"].get<double>());
+    pending_monitor_ = nullptr;
+  }
   std::string val_text;
   if (eval_now) {
     last_val_loss_ = evaluate();
@@ -337,9 +382,9 @@ void Trainer::log_step(int64_t step, bool eval_now) {
     val_text = strf(" | val %.4f (ppl %.1f)", last_val_loss_, std::exp(last_val_loss_));
   }
   run_->append_metrics(rec);
-  run_->log->info(strf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %s tok/s | %.1f ms | MFU %.1f%%%s | %s < %s",
+  run_->log->info(strf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %s tok/s | %.1f ms | MFU %.1f%%%s%s | %s < %s",
                        static_cast<long long>(step + 1), static_cast<long long>(cfg_.train.max_steps), loss, lr_,
-                       gnorm, si(tok_s).c_str(), step_ms, 100 * mfu, val_text.c_str(), hms(elapsed).c_str(),
+                       gnorm, si(tok_s).c_str(), step_ms, 100 * mfu, val_text.c_str(), monitor_text.c_str(), hms(elapsed).c_str(),
                        hms(eta).c_str()));
   interval_start_ = Clock::now();
   interval_steps_ = 0;
@@ -358,7 +403,8 @@ void Trainer::write_summary(const std::string& stopped_by) {
                       {"best_val_loss", std::isfinite(best_val_loss_) ? best_val_loss_ : NAN},
                       {"tokens_per_s", tokens_per_s_n_ > 0 ? tokens_per_s_sum_ / tokens_per_s_n_ : 0.0},
                       {"nonfinite_steps", nonfinite_seen_},
-                      {"parameters", size_.total}};
+                      {"parameters", size_.total},
+                      {"max_attn_logit_per_layer", max_attn_logit_}};
   run_->write_json_atomic("summary.json", s);
   run_->log->info(strf("summary: %s after %lld steps, %.1f s; final loss %.4f, val loss %.4f (best %.4f); %s",
                        stopped_by.c_str(), static_cast<long long>(steps_done_), time_s, last_loss_, last_val_loss_,
@@ -411,7 +457,8 @@ int Trainer::run() {
                              static_cast<long long>(step + 1), static_cast<long long>(bad)));
       }
     }
-    if ((step + 1) % cfg_.train.log_every == 0 || last || eval_now || stopping) log_step(step, eval_now);
+    const bool monitored = !pending_monitor_.is_null();
+    if ((step + 1) % cfg_.train.log_every == 0 || last || eval_now || stopping || monitored) log_step(step, eval_now);
     const bool periodic = cfg_.checkpoint.every > 0 && (step + 1) % cfg_.checkpoint.every == 0;
     if (periodic || stopping || (last && cfg_.checkpoint.at_end)) save_checkpoint(step + 1);
     if (stopping) {

@@ -87,7 +87,8 @@ class TrainCli : public ::testing::Test {
           "val_fraction: 0.1}\n"
           "train: {max_steps: 12, batch_size: 4, lr: 3.0e-3, warmup_steps: 2, log_every: 1, eval_every: 6, "
           "eval_batches: 2, threads: 1}\n"
-          "checkpoint: {every: 4, keep_last: 5}\n");
+          "checkpoint: {every: 4, keep_last: 5}\n"
+          "monitor: {every: 3, sequences: 2}\n");
     std::string out;
     ASSERT_EQ(run_keel("prepare " + base_config() + " --quiet", &out), 0) << out;
   }
@@ -115,6 +116,19 @@ TEST_F(TrainCli, LossFallsAndFilesAreWritten) {
   auto j = nlohmann::json::parse(first);
   for (const char* key : {"step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s", "step_ms"})
     EXPECT_TRUE(j.contains(key)) << key;
+  // Monitoring (every 3 steps): per-layer attention and output-logit statistics;
+  // parameter norm and update ratio on every logged step.
+  EXPECT_TRUE(j.contains("param_norm"));
+  EXPECT_GT(j["update_ratio"].get<double>(), 0.0);
+  std::string line;
+  std::getline(in, line);
+  std::getline(in, line);
+  auto third = nlohmann::json::parse(line);
+  ASSERT_EQ(third["step"], 3);
+  ASSERT_EQ(third["attn"].size(), 2u);
+  EXPECT_GT(third["attn"][0]["max_logit"].get<double>(), 0.0);
+  EXPECT_GT(third["output"]["mean_log_z"].get<double>(), 0.0);
+  EXPECT_EQ(read_json(run_path("falls") + "/summary.json")["max_attn_logit_per_layer"].size(), 2u);
   // Sampling is deterministic for a seed.
   std::string s1, s2, s3;
   ASSERT_EQ(run_keel("sample " + run_path("falls") + " --prompt 'The cat' --tokens 12 --seed 5", &s1), 0) << s1;

@@ -1,0 +1,49 @@
+#include "train/model_stats.h"
+
+#include "train/device.h"
+
+namespace keel {
+
+nlohmann::json collect_model_stats(Transformer& model, const torch::Tensor& inputs, bool bf16_autocast) {
+  torch::NoGradGuard no_grad;
+  std::vector<AttentionStats> layers;
+  ForwardOptions options;
+  options.attention_stats = &layers;
+  torch::Tensor logits;
+  {
+    AutocastScope autocast(bf16_autocast);
+    logits = model->forward(inputs, options);
+  }
+  const int64_t V = model->config().vocab_size;
+  auto real = logits.narrow(-1, 0, V).to(torch::kFloat32);  // padded ids are -inf by construction
+  auto log_z = torch::logsumexp(real, -1);
+  // One stacked tensor, one host transfer.
+  std::vector<torch::Tensor> parts;
+  for (const auto& s : layers)
+    parts.push_back(torch::stack({s.max_score, s.max_score_capped, s.q_norm_mean, s.q_norm_max, s.k_norm_mean,
+                                  s.k_norm_max, s.entropy})
+                        .to(torch::kFloat64));
+  parts.push_back(torch::stack({real.abs().max(), log_z.mean(), log_z.pow(2).mean()}).to(torch::kFloat64));
+  auto host = torch::cat(parts).cpu();
+  const double* v = host.data_ptr<double>();
+  nlohmann::json attn = nlohmann::json::array();
+  for (size_t i = 0; i < layers.size(); ++i, v += 7)
+    attn.push_back({{"layer", i},
+                    {"max_logit", v[0]},
+                    {"max_logit_capped", v[1]},
+                    {"q_norm_mean", v[2]},
+                    {"q_norm_max", v[3]},
+                    {"k_norm_mean", v[4]},
+                    {"k_norm_max", v[5]},
+                    {"entropy", v[6]}});
+  return {{"attn", attn}, {"output", {{"max_logit", v[0]}, {"mean_log_z", v[1]}, {"z_loss", v[2]}}}};
+}
+
+double parameter_norm(Transformer& model) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> params = model->parameters();
+  auto norms = torch::_foreach_norm(params, 2.0, torch::kFloat32);
+  return torch::stack(norms).norm().item<double>();
+}
+
+}  // namespace keel
