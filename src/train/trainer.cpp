@@ -17,6 +17,7 @@
 #include "data/prepare.h"
 #include "model/init.h"
 #include "model/model_size.h"
+#include "monitor/stability.h"
 #include "train/device.h"
 #include "train/model_stats.h"
 #include "train/optimizer.h"
@@ -77,6 +78,7 @@ class Trainer {
   void resume_from_checkpoint();
   void save_checkpoint(int64_t steps_done);
   void truncate_metrics_after(int64_t step);
+  void record_spikes(const std::vector<SpikeEvent>& events);
 
   Config cfg_;
   TrainOptions opts_;
@@ -89,6 +91,7 @@ class Trainer {
   std::string tokenizer_path_;
   int64_t last_saved_step_ = -1;
   int64_t nan_at_step_ = 0;  // fault injection (tests): KEEL_FAULT_INJECT=nan_loss_at_step:N
+  int64_t spike_at_step_ = 0;  // KEEL_FAULT_INJECT=loss_x10_at_step:N (a planted loss spike)
 
   int64_t global_batch_ = 0, micro_batch_ = 0, n_micro_ = 0, seq_len_ = 0;
   int64_t start_step_ = 0, steps_done_ = 0;
@@ -105,6 +108,11 @@ class Trainer {
   // Monitoring (monitor.every): statistics of the current step, merged into
   // its metrics record; the per-layer maximum attention logit over the run.
   nlohmann::json pending_monitor_;
+  std::unique_ptr<StabilityMonitor> stability_;
+  nlohmann::json pending_spikes_ = nlohmann::json::array();
+  int64_t spike_skips_ = 0;
+  bool divergence_reported_ = false;
+  double final_z_ = NAN;
   std::vector<double> max_attn_logit_;
   double param_norm_ = NAN, update_ratio_ = NAN;
   double tokens_per_s_sum_ = 0;
@@ -143,9 +151,12 @@ void Trainer::setup() {
   z_sum_ = zeros();
   nonfinite_count_ = zeros();
   grad_norm_ = zeros();
+  stability_ = std::make_unique<StabilityMonitor>(cfg_.monitor);
   if (const char* fault = std::getenv("KEEL_FAULT_INJECT")) {
     const std::string f = fault, key = "nan_loss_at_step:";
     if (f.rfind(key, 0) == 0) nan_at_step_ = std::stoll(f.substr(key.size()));
+    const std::string spike_key = "loss_x10_at_step:";
+    if (f.rfind(spike_key, 0) == 0) spike_at_step_ = std::stoll(f.substr(spike_key.size()));
   }
   if (!opts_.resume.empty()) resume_from_checkpoint();
 }
@@ -188,6 +199,10 @@ void Trainer::resume_from_checkpoint() {
     nonfinite_seen_ = extra["nonfinite_steps"].get<int64_t>();
     nonfinite_count_.fill_(static_cast<double>(nonfinite_seen_));
   }
+  if (extra.contains("stability")) stability_->load_state(extra["stability"]);
+  if (extra.contains("max_attn_logit_per_layer"))
+    max_attn_logit_ = extra["max_attn_logit_per_layer"].get<std::vector<double>>();
+  if (extra.contains("spike_skips")) spike_skips_ = extra["spike_skips"].get<int64_t>();
   truncate_metrics_after(start_step_);
   run_->log->info(strf("resumed from %s at step %lld", dir.c_str(), static_cast<long long>(start_step_)));
 }
@@ -206,6 +221,30 @@ void Trainer::truncate_metrics_after(int64_t step) {
     kept += line + "\n";
   }
   run_->reopen_metrics(kept);
+  // spikes.jsonl likewise.
+  const std::string spikes = run_->file("spikes.jsonl");
+  if (!path_exists(spikes)) return;
+  std::string kept_spikes;
+  std::istringstream sin(read_small_file(spikes, 1ull << 30));
+  while (std::getline(sin, line)) {
+    auto rec = nlohmann::json::parse(line, nullptr, false);
+    if (!rec.is_discarded() && rec.contains("step") && rec["step"].get<int64_t>() > step) continue;
+    kept_spikes += line + "\n";
+  }
+  write_file_atomic(spikes, kept_spikes);
+}
+
+void Trainer::record_spikes(const std::vector<SpikeEvent>& events) {
+  for (const auto& e : events) {
+    nlohmann::json j = e.to_json();
+    run_->append_event("spikes.jsonl", j);
+    pending_spikes_.push_back(j);
+    run_->log->warn(strf("spike at step %lld: %s %.4g (z %.1f over mean %.4g)%s", static_cast<long long>(e.step),
+                         e.signal.c_str(), e.value, e.z, e.mean,
+                         e.top_attn_layer ? strf(", largest attention logit in layer %lld",
+                                                 static_cast<long long>(*e.top_attn_layer)).c_str()
+                                          : ""));
+  }
 }
 
 void Trainer::save_checkpoint(int64_t steps_done) {
@@ -215,7 +254,10 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   state.tokens = steps_done * global_batch_ * seq_len_;
   state.extra = {{"best_val_loss", std::isfinite(best_val_loss_) ? nlohmann::json(best_val_loss_) : nlohmann::json()},
                  {"initial_loss", std::isnan(initial_loss_) ? nlohmann::json() : nlohmann::json(initial_loss_)},
-                 {"nonfinite_steps", nonfinite_seen_}};
+                 {"nonfinite_steps", nonfinite_seen_},
+                 {"stability", stability_->state()},
+                 {"max_attn_logit_per_layer", max_attn_logit_},
+                 {"spike_skips", spike_skips_}};
   auto t0 = Clock::now();
   std::string dir = save_training_checkpoint(run_->path(), cfg_, model_, optimizer_.get(), state, tokenizer_path_);
   last_saved_step_ = steps_done;
@@ -269,7 +311,10 @@ void Trainer::train_step(int64_t step) {
     max_attn_logit_.resize(attn.size(), 0.0);
     for (size_t i = 0; i < attn.size(); ++i)
       max_attn_logit_[i] = std::max(max_attn_logit_[i], attn[i]["max_logit"].get<double>());
+    stability_->observe_attention(step + 1, attn);
+    final_z_ = pending_monitor_["output"]["z_loss"].get<double>();
   }
+  auto step_loss = torch::zeros({}, torch::TensorOptions().device(compute_.device));
   for (int64_t i = 0; i < n_micro_; ++i) {
     auto x = batch.inputs.narrow(0, i * micro_batch_, micro_batch_).to(compute_.device, /*non_blocking=*/true);
     auto y = batch.targets.narrow(0, i * micro_batch_, micro_batch_).to(compute_.device, true);
@@ -279,6 +324,10 @@ void Trainer::train_step(int64_t step) {
       auto logits = model_->forward(x);
       loss = language_model_loss(logits, y, cfg_.train.z_loss);
     }
+    if (step + 1 == spike_at_step_) {  // injected fault: a loss spike
+      loss.total = loss.total * 10.0;
+      loss.ce = loss.ce * 10.0;
+    }
     if (step + 1 == nan_at_step_) {  // injected fault: a non-finite loss
       loss.total = loss.total * std::numeric_limits<double>::quiet_NaN();
       loss.ce = loss.ce * std::numeric_limits<double>::quiet_NaN();
@@ -286,6 +335,7 @@ void Trainer::train_step(int64_t step) {
     // Equal-sized micro-batches: the mean of their means is the batch mean.
     (loss.total / static_cast<double>(n_micro_)).backward();
     loss_sum_ += loss.ce.detach() / static_cast<double>(n_micro_);
+    step_loss += loss.ce.detach() / static_cast<double>(n_micro_);
     if (loss.z.defined()) z_sum_ += loss.z.detach() / static_cast<double>(n_micro_);
   }
   ++loss_count_;
@@ -293,6 +343,19 @@ void Trainer::train_step(int64_t step) {
   // A non-finite loss or gradient skips the update on the device, no sync.
   auto found_inf = 1.0 - (torch::isfinite(grad_norm_) & torch::isfinite(loss_sum_)).to(torch::kFloat32);
   nonfinite_count_ += found_inf;
+  auto signals = torch::stack({step_loss.to(torch::kFloat32), grad_norm_.to(torch::kFloat32)});
+  if (cfg_.monitor.skip_on_spike) {
+    // The verdict is needed before the update: one host sync per step.
+    auto host = signals.cpu();
+    auto events = stability_->observe(step + 1, host[0].item<double>(), host[1].item<double>());
+    record_spikes(events);
+    if (!events.empty()) {
+      found_inf = torch::ones_like(found_inf);  // skip the update on the device
+      ++spike_skips_;
+    }
+  } else {
+    stability_->push(step + 1, signals);
+  }
   // On logging steps, also measure the update relative to the weights.
   const bool logging = (step + 1) % cfg_.train.log_every == 0 || step + 1 == cfg_.train.max_steps;
   std::vector<torch::Tensor> before;
@@ -365,6 +428,10 @@ void Trainer::log_step(int64_t step, bool eval_now) {
     rec["update_ratio"] = update_ratio_;
     param_norm_ = update_ratio_ = NAN;
   }
+  if (!pending_spikes_.empty()) {
+    rec["spikes"] = pending_spikes_;
+    pending_spikes_ = nlohmann::json::array();
+  }
   std::string monitor_text;
   if (!pending_monitor_.is_null()) {
     rec["attn"] = pending_monitor_["attn"];
@@ -404,7 +471,10 @@ void Trainer::write_summary(const std::string& stopped_by) {
                       {"tokens_per_s", tokens_per_s_n_ > 0 ? tokens_per_s_sum_ / tokens_per_s_n_ : 0.0},
                       {"nonfinite_steps", nonfinite_seen_},
                       {"parameters", size_.total},
-                      {"max_attn_logit_per_layer", max_attn_logit_}};
+                      {"max_attn_logit_per_layer", max_attn_logit_},
+                      {"spike_skipped_steps", spike_skips_},
+                      {"final_z_loss", std::isfinite(final_z_) ? nlohmann::json(final_z_) : nlohmann::json()}};
+  s.update(stability_->summary());
   run_->write_json_atomic("summary.json", s);
   run_->log->info(strf("summary: %s after %lld steps, %.1f s; final loss %.4f, val loss %.4f (best %.4f); %s",
                        stopped_by.c_str(), static_cast<long long>(steps_done_), time_s, last_loss_, last_val_loss_,
@@ -458,8 +528,23 @@ int Trainer::run() {
       }
     }
     const bool monitored = !pending_monitor_.is_null();
-    if ((step + 1) % cfg_.train.log_every == 0 || last || eval_now || stopping || monitored) log_step(step, eval_now);
     const bool periodic = cfg_.checkpoint.every > 0 && (step + 1) % cfg_.checkpoint.every == 0;
+    const bool log_now = (step + 1) % cfg_.train.log_every == 0 || last || eval_now || stopping || monitored;
+    if (log_now || periodic) record_spikes(stability_->drain());
+    bool diverged_stop = false;
+    if (stability_->diverged() && !divergence_reported_) {
+      divergence_reported_ = true;
+      const auto sum = stability_->summary();
+      run_->log->warn(strf("diverged at step %lld: %s%s", static_cast<long long>(sum["diverged_step"].get<int64_t>()),
+                           sum["diverged_reason"].get<std::string>().c_str(),
+                           cfg_.monitor.stop_on_divergence ? "; stopping (monitor.stop_on_divergence)" : ""));
+      diverged_stop = cfg_.monitor.stop_on_divergence;
+    }
+    if (log_now || diverged_stop) log_step(step, eval_now);
+    if (diverged_stop) {
+      stopped_by = "diverged";
+      break;
+    }
     if (periodic || stopping || (last && cfg_.checkpoint.at_end)) save_checkpoint(step + 1);
     if (stopping) {
       stopped_by = stop_requested() ? "signal" : "stop_after_step";

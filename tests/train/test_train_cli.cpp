@@ -279,3 +279,95 @@ TEST_F(TrainCli, RefusesToOverwriteAnotherRun) {
   EXPECT_NE(out.find("already holds a run"), std::string::npos) << out;
   EXPECT_TRUE(keel::path_exists(run_path("guard") + "/summary.json"));
 }
+
+namespace {
+
+const char* kSpikeSettings =
+    "--set monitor.spike_window=8 --set monitor.spike_warmup=4 --set monitor.spike_threshold=3 "
+    "--set monitor.diverge_loss_factor=100 ";
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace
+
+TEST_F(TrainCli, PlantedSpikeIsFlaggedAndSkipStepKeepsWeights) {
+  std::string out;
+  setenv("KEEL_FAULT_INJECT", "loss_x10_at_step:9", 1);
+  int rc_skip = run_keel(args("spike_skip", std::string(kSpikeSettings) +
+                                                "--set monitor.skip_on_spike=true --set checkpoint.every=1 "
+                                                "--set checkpoint.keep_last=20"),
+                         &out);
+  std::string skip_out = out;
+  int rc_plain = run_keel(args("spike_plain", std::string(kSpikeSettings) + "--set checkpoint.every=0"), &out);
+  unsetenv("KEEL_FAULT_INJECT");
+  ASSERT_EQ(rc_skip, 0) << skip_out;
+  ASSERT_EQ(rc_plain, 0) << out;
+  auto skip_events = read_jsonl(run_path("spike_skip") + "/spikes.jsonl");
+  auto plain_events = read_jsonl(run_path("spike_plain") + "/spikes.jsonl");
+  ASSERT_FALSE(plain_events.empty());
+  // The planted step is flagged on the loss, the same way with and without skipping.
+  const nlohmann::json* plain9 = nullptr;
+  for (const auto& e : plain_events)
+    if (e["step"] == 9 && e["signal"] == "loss") plain9 = &e;
+  ASSERT_NE(plain9, nullptr) << out;
+  EXPECT_GT((*plain9)["z"].get<double>(), 3.0);
+  EXPECT_NEAR((*plain9)["value"].get<double>(), 10 * (*plain9)["mean"].get<double>(),
+              3 * (*plain9)["mean"].get<double>());
+  bool skip9 = false;
+  for (const auto& e : skip_events)
+    if (e["step"] == 9 && e["signal"] == "loss") {
+      skip9 = true;
+      // Earlier flagged steps may have been skipped too, so the histories (and z) differ.
+      EXPECT_GT(e["z"].get<double>(), 3.0);
+    }
+  EXPECT_TRUE(skip9) << skip_out;
+  auto summary = read_json(run_path("spike_skip") + "/summary.json");
+  EXPECT_GE(summary["spike_skipped_steps"].get<int64_t>(), 1);
+  EXPECT_GE(summary["spikes"]["loss"].get<int64_t>(), 1);
+  // The update of the flagged step was skipped: weights after step 9 equal those after step 8.
+  auto w8 = keel_test::read_file(run_path("spike_skip") + "/checkpoints/step_00000008/model.safetensors");
+  auto w9 = keel_test::read_file(run_path("spike_skip") + "/checkpoints/step_00000009/model.safetensors");
+  auto w10 = keel_test::read_file(run_path("spike_skip") + "/checkpoints/step_00000010/model.safetensors");
+  // Identical bytes apart from the "step" metadata in the header.
+  EXPECT_EQ(w8.size(), w9.size());
+  EXPECT_EQ(w8.substr(w8.size() - 4096), w9.substr(w9.size() - 4096));
+  EXPECT_NE(w9.substr(w9.size() - 4096), w10.substr(w10.size() - 4096));
+}
+
+TEST_F(TrainCli, SpikeDetectorStateSurvivesResume) {
+  std::string out;
+  setenv("KEEL_FAULT_INJECT", "loss_x10_at_step:10", 1);
+  int a = run_keel(args("spike_straight", kSpikeSettings), &out);
+  int b = run_keel(args("spike_resumed", std::string(kSpikeSettings) + "--stop-after-step 6"), &out);
+  int c = run_keel(args("spike_resumed", std::string(kSpikeSettings) + "--resume auto"), &out);
+  unsetenv("KEEL_FAULT_INJECT");
+  ASSERT_EQ(a + b + c, 0) << out;
+  auto straight = read_jsonl(run_path("spike_straight") + "/spikes.jsonl");
+  auto resumed = read_jsonl(run_path("spike_resumed") + "/spikes.jsonl");
+  ASSERT_FALSE(straight.empty());
+  ASSERT_EQ(straight.size(), resumed.size());
+  for (size_t i = 0; i < straight.size(); ++i) EXPECT_EQ(straight[i], resumed[i]);
+  EXPECT_EQ(read_json(run_path("spike_straight") + "/summary.json")["spike_score_percent"],
+            read_json(run_path("spike_resumed") + "/summary.json")["spike_score_percent"]);
+}
+
+TEST_F(TrainCli, DivergenceIsMarkedAndCanStopTheRun) {
+  std::string out;
+  setenv("KEEL_FAULT_INJECT", "loss_x10_at_step:5", 1);
+  int rc = run_keel(args("diverge", "--set monitor.diverge_loss_factor=1.5 --set monitor.stop_on_divergence=true"),
+                    &out);
+  unsetenv("KEEL_FAULT_INJECT");
+  ASSERT_EQ(rc, 0) << out;
+  auto s = read_json(run_path("diverge") + "/summary.json");
+  EXPECT_EQ(s["diverged"], true);
+  EXPECT_EQ(s["diverged_step"], 5);
+  EXPECT_EQ(s["stopped_by"], "diverged");
+  EXPECT_NE(s["diverged_reason"].get<std::string>().find("initial loss"), std::string::npos);
+  EXPECT_EQ(s["steps"], 5);
+}

@@ -1,0 +1,115 @@
+#include "monitor/stability.h"
+
+#include <cmath>
+
+namespace keel {
+
+nlohmann::json SpikeEvent::to_json() const {
+  nlohmann::json j = {{"step", step}, {"signal", signal}, {"value", value}, {"z", std::isfinite(z) ? z : 1e308},
+                      {"mean", mean}, {"std", std}};
+  j["top_attn_layer"] = top_attn_layer ? nlohmann::json(*top_attn_layer) : nlohmann::json();
+  return j;
+}
+
+StabilityMonitor::StabilityMonitor(const MonitorConfig& c)
+    : cfg_(c),
+      loss_spikes_(c.spike_window, c.spike_threshold, std::min(c.spike_warmup, c.spike_window)),
+      grad_spikes_(c.spike_window, c.spike_threshold, std::min(c.spike_warmup, c.spike_window)),
+      loss_score_(c.spike_score_window, c.spike_score_sigma, std::min<int64_t>(100, c.spike_score_window)),
+      grad_score_(c.spike_score_window, c.spike_score_sigma, std::min<int64_t>(100, c.spike_score_window)) {}
+
+void StabilityMonitor::push(int64_t step, const torch::Tensor& values) {
+  pending_.emplace_back(step, values.detach().to(torch::kFloat64));
+}
+
+std::vector<SpikeEvent> StabilityMonitor::drain() {
+  std::vector<SpikeEvent> events;
+  if (pending_.empty()) return events;
+  std::vector<torch::Tensor> all;
+  for (auto& p : pending_) all.push_back(p.second);
+  auto host = torch::stack(all).cpu();  // the one sync
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    auto found = observe(pending_[i].first, host[i][0].item<double>(), host[i][1].item<double>());
+    events.insert(events.end(), found.begin(), found.end());
+  }
+  pending_.clear();
+  return events;
+}
+
+std::vector<SpikeEvent> StabilityMonitor::observe(int64_t step, double loss, double grad_norm) {
+  std::vector<SpikeEvent> events;
+  if (std::isnan(initial_loss_) && std::isfinite(loss)) initial_loss_ = loss;
+  const std::pair<const char*, double> signals[2] = {{"loss", loss}, {"grad_norm", grad_norm}};
+  SpikeDetector* detectors[2] = {&loss_spikes_, &grad_spikes_};
+  SpikeScore* scores[2] = {&loss_score_, &grad_score_};
+  for (int i = 0; i < 2; ++i) {
+    SpikeVerdict v = detectors[i]->observe(signals[i].second);
+    scores[i]->observe(signals[i].second);
+    if (v.spike) events.push_back({step, signals[i].first, signals[i].second, v.z, v.mean, v.std, top_attn_layer_});
+  }
+  check_loss_divergence(step, loss);
+  return events;
+}
+
+void StabilityMonitor::check_loss_divergence(int64_t step, double loss) {
+  if (diverged()) return;
+  if (!std::isfinite(loss)) {
+    diverged_step_ = step;
+    diverged_reason_ = "non-finite loss";
+  } else if (std::isfinite(initial_loss_) && loss > cfg_.diverge_loss_factor * initial_loss_) {
+    diverged_step_ = step;
+    diverged_reason_ = "loss " + std::to_string(loss) + " > " + std::to_string(cfg_.diverge_loss_factor) +
+                       " x initial loss " + std::to_string(initial_loss_);
+  }
+}
+
+void StabilityMonitor::observe_attention(int64_t step, const nlohmann::json& attn) {
+  double best = -1;
+  for (size_t i = 0; i < attn.size(); ++i) {
+    const double v = attn[i]["max_logit"].get<double>();
+    if (v > best) {
+      best = v;
+      top_attn_layer_ = static_cast<int64_t>(i);
+    }
+  }
+  if (!diverged() && !attn.empty()) {
+    const double l0 = attn[0]["max_logit"].get<double>();
+    if (!std::isfinite(l0) || l0 > cfg_.diverge_attn_logit) {
+      diverged_step_ = step;
+      diverged_reason_ = "layer-0 max attention logit " + std::to_string(l0) + " > " +
+                         std::to_string(cfg_.diverge_attn_logit) + " (Wortsman et al. 2023)";
+    }
+  }
+}
+
+nlohmann::json StabilityMonitor::summary() const {
+  return {{"diverged", diverged()},
+          {"diverged_step", diverged() ? nlohmann::json(diverged_step_) : nlohmann::json()},
+          {"diverged_reason", diverged() ? nlohmann::json(diverged_reason_) : nlohmann::json()},
+          {"spikes", {{"loss", loss_spikes_.spikes()}, {"grad_norm", grad_spikes_.spikes()}}},
+          {"spike_score_percent", {{"loss", loss_score_.score_percent()}, {"grad_norm", grad_score_.score_percent()}}}};
+}
+
+nlohmann::json StabilityMonitor::state() const {
+  return {{"loss_spikes", loss_spikes_.state()},
+          {"grad_spikes", grad_spikes_.state()},
+          {"loss_score", loss_score_.state()},
+          {"grad_score", grad_score_.state()},
+          {"initial_loss", std::isnan(initial_loss_) ? nlohmann::json() : nlohmann::json(initial_loss_)},
+          {"top_attn_layer", top_attn_layer_ ? nlohmann::json(*top_attn_layer_) : nlohmann::json()},
+          {"diverged_step", diverged_step_},
+          {"diverged_reason", diverged_reason_}};
+}
+
+void StabilityMonitor::load_state(const nlohmann::json& s) {
+  loss_spikes_.load_state(s.at("loss_spikes"));
+  grad_spikes_.load_state(s.at("grad_spikes"));
+  loss_score_.load_state(s.at("loss_score"));
+  grad_score_.load_state(s.at("grad_score"));
+  initial_loss_ = s.at("initial_loss").is_number() ? s["initial_loss"].get<double>() : NAN;
+  if (s.at("top_attn_layer").is_number()) top_attn_layer_ = s["top_attn_layer"].get<int64_t>();
+  diverged_step_ = s.at("diverged_step").get<int64_t>();
+  diverged_reason_ = s.at("diverged_reason").get<std::string>();
+}
+
+}  // namespace keel

@@ -1,0 +1,59 @@
+// Run-level stability bookkeeping (REFERENCE.md §5): spike detection on the
+// loss and the gradient norm, OLMo 2 spike scores, and divergence. The trainer
+// pushes each step's (loss, grad norm) as a device tensor and drains them on
+// logging steps with one host copy, so detection adds no per-step sync; only
+// monitor.skip_on_spike needs each step's verdict before its update.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "monitor/spike_detector.h"
+
+namespace keel {
+
+struct SpikeEvent {
+  int64_t step;
+  std::string signal;  // "loss" | "grad_norm"
+  double value, z, mean, std;
+  std::optional<int64_t> top_attn_layer;  // layer with the largest attention logit at the last monitor step
+  nlohmann::json to_json() const;
+};
+
+class StabilityMonitor {
+ public:
+  explicit StabilityMonitor(const MonitorConfig& cfg);
+
+  // Queue step `step`'s {loss, grad_norm} (a 2-element device tensor).
+  void push(int64_t step, const torch::Tensor& loss_and_grad_norm);
+  // Judge every queued step in order; returns the spikes found.
+  std::vector<SpikeEvent> drain();
+  // Judge one step now (skip-on-spike path); returns its spikes.
+  std::vector<SpikeEvent> observe(int64_t step, double loss, double grad_norm);
+  // Attention statistics of a monitor step: tracks the top layer and checks
+  // the layer-0 maximum logit against monitor.diverge_attn_logit.
+  void observe_attention(int64_t step, const nlohmann::json& attn);
+
+  bool diverged() const { return diverged_step_ >= 0; }
+  nlohmann::json summary() const;  // spike counts and scores, divergence
+  nlohmann::json state() const;    // everything, for checkpoints
+  void load_state(const nlohmann::json& state);
+
+ private:
+  void check_loss_divergence(int64_t step, double loss);
+  MonitorConfig cfg_;
+  SpikeDetector loss_spikes_, grad_spikes_;
+  SpikeScore loss_score_, grad_score_;
+  std::vector<std::pair<int64_t, torch::Tensor>> pending_;
+  double initial_loss_ = NAN;
+  std::optional<int64_t> top_attn_layer_;
+  int64_t diverged_step_ = -1;
+  std::string diverged_reason_;
+};
+
+}  // namespace keel
