@@ -79,6 +79,7 @@ class Trainer {
   void save_checkpoint(int64_t steps_done);
   void truncate_metrics_after(int64_t step);
   void record_spikes(const std::vector<SpikeEvent>& events);
+  nlohmann::json per_layer_grad_norms();
 
   Config cfg_;
   TrainOptions opts_;
@@ -115,6 +116,7 @@ class Trainer {
   double final_z_ = NAN;
   std::vector<double> max_attn_logit_;
   double param_norm_ = NAN, update_ratio_ = NAN;
+  nlohmann::json layer_grad_norms_;  // monitor.layer_grad_norms, on logging steps
   double tokens_per_s_sum_ = 0;
   int64_t tokens_per_s_n_ = 0;
 };
@@ -234,6 +236,27 @@ void Trainer::truncate_metrics_after(int64_t step) {
   write_file_atomic(spikes, kept_spikes);
 }
 
+// Gradient L2 norm of each block ("blocks.N.*") and of everything else
+// (embedding, final norm, head), before clipping.
+nlohmann::json Trainer::per_layer_grad_norms() {
+  torch::NoGradGuard no_grad;
+  std::vector<std::vector<torch::Tensor>> groups(cfg_.model.n_layers + 1);
+  for (const auto& p : optimizer_->params()) {
+    if (!p.param.grad().defined()) continue;
+    size_t g = groups.size() - 1;
+    if (p.name.rfind("blocks.", 0) == 0) g = std::stoul(p.name.substr(7, p.name.find('.', 7) - 7));
+    groups[g].push_back(p.param.grad());
+  }
+  std::vector<torch::Tensor> norms;
+  for (const auto& g : groups)
+    norms.push_back(g.empty() ? torch::zeros({}, torch::TensorOptions().device(compute_.device))
+                              : torch::stack(torch::_foreach_norm(g, 2.0, torch::kFloat32)).norm());
+  auto host = torch::stack(norms).to(torch::kFloat64).cpu();
+  nlohmann::json out = {{"blocks", nlohmann::json::array()}, {"other", host[cfg_.model.n_layers].item<double>()}};
+  for (int64_t i = 0; i < cfg_.model.n_layers; ++i) out["blocks"].push_back(host[i].item<double>());
+  return out;
+}
+
 void Trainer::record_spikes(const std::vector<SpikeEvent>& events) {
   for (const auto& e : events) {
     nlohmann::json j = e.to_json();
@@ -339,6 +362,8 @@ void Trainer::train_step(int64_t step) {
     if (loss.z.defined()) z_sum_ += loss.z.detach() / static_cast<double>(n_micro_);
   }
   ++loss_count_;
+  const bool logging = (step + 1) % cfg_.train.log_every == 0 || step + 1 == cfg_.train.max_steps;
+  if (logging && cfg_.monitor.layer_grad_norms) layer_grad_norms_ = per_layer_grad_norms();
   grad_norm_ = clip_grad_norm(optimizer_->params(), cfg_.train.grad_clip);
   // A non-finite loss or gradient skips the update on the device, no sync.
   auto found_inf = 1.0 - (torch::isfinite(grad_norm_) & torch::isfinite(loss_sum_)).to(torch::kFloat32);
@@ -357,7 +382,6 @@ void Trainer::train_step(int64_t step) {
     stability_->push(step + 1, signals);
   }
   // On logging steps, also measure the update relative to the weights.
-  const bool logging = (step + 1) % cfg_.train.log_every == 0 || step + 1 == cfg_.train.max_steps;
   std::vector<torch::Tensor> before;
   if (logging) {
     torch::NoGradGuard no_grad;
@@ -428,6 +452,10 @@ void Trainer::log_step(int64_t step, bool eval_now) {
     rec["update_ratio"] = update_ratio_;
     param_norm_ = update_ratio_ = NAN;
   }
+  if (!layer_grad_norms_.is_null()) {
+    rec["layer_grad_norms"] = layer_grad_norms_;
+    layer_grad_norms_ = nullptr;
+  }
   if (!pending_spikes_.empty()) {
     rec["spikes"] = pending_spikes_;
     pending_spikes_ = nlohmann::json::array();
@@ -446,6 +474,7 @@ void Trainer::log_step(int64_t step, bool eval_now) {
     best_val_loss_ = std::min(best_val_loss_, last_val_loss_);
     rec["val_loss"] = last_val_loss_;
     rec["val_ppl"] = std::exp(last_val_loss_);
+    rec["spike_score_percent"] = stability_->summary()["spike_score_percent"];  // OLMo 2, so far
     val_text = strf(" | val %.4f (ppl %.1f)", last_val_loss_, std::exp(last_val_loss_));
   }
   run_->append_metrics(rec);

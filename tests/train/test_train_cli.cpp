@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -99,7 +100,11 @@ class TrainCli : public ::testing::Test {
 
 TEST_F(TrainCli, LossFallsAndFilesAreWritten) {
   std::string out;
-  ASSERT_EQ(run_keel(args("falls", "--set train.max_steps=40 --set checkpoint.every=0"), &out), 0) << out;
+  ASSERT_EQ(run_keel(args("falls", "--set train.max_steps=40 --set checkpoint.every=0 "
+                                   "--set monitor.layer_grad_norms=true"),
+                     &out),
+            0)
+      << out;
   auto m = read_metrics(run_path("falls"));
   ASSERT_EQ(m.size(), 40u);
   EXPECT_LT(m.back().loss, m.front().loss - 1.5) << out;
@@ -119,6 +124,14 @@ TEST_F(TrainCli, LossFallsAndFilesAreWritten) {
   // Monitoring (every 3 steps): per-layer attention and output-logit statistics;
   // parameter norm and update ratio on every logged step.
   EXPECT_TRUE(j.contains("param_norm"));
+  ASSERT_EQ(j["layer_grad_norms"]["blocks"].size(), 2u);
+  EXPECT_GT(j["layer_grad_norms"]["blocks"][0].get<double>(), 0.0);
+  EXPECT_GT(j["layer_grad_norms"]["other"].get<double>(), 0.0);
+  {  // the per-layer norms add up (in squares) to the global one
+    double sq = std::pow(j["layer_grad_norms"]["other"].get<double>(), 2);
+    for (const auto& b : j["layer_grad_norms"]["blocks"]) sq += std::pow(b.get<double>(), 2);
+    EXPECT_NEAR(std::sqrt(sq), j["grad_norm"].get<double>(), 1e-4 * j["grad_norm"].get<double>());
+  }
   EXPECT_GT(j["update_ratio"].get<double>(), 0.0);
   std::string line;
   std::getline(in, line);
