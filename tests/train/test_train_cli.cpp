@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -383,4 +384,27 @@ TEST_F(TrainCli, DivergenceIsMarkedAndCanStopTheRun) {
   EXPECT_EQ(s["stopped_by"], "diverged");
   EXPECT_NE(s["diverged_reason"].get<std::string>().find("initial loss"), std::string::npos);
   EXPECT_EQ(s["steps"], 5);
+}
+
+// Wortsman et al. 2023: at a very high learning rate without QK-Norm the
+// attention logits grow; the monitor must show it in metrics.jsonl.
+TEST_F(TrainCli, HighLearningRateGrowsLayerZeroAttentionLogits) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("high_lr", "--set train.lr=0.1 --set train.min_lr=0.01 --set train.max_steps=40 "
+                                     "--set train.warmup_steps=4 --set monitor.every=4 --set checkpoint.every=0 "
+                                     "--set train.nonfinite=skip"),
+                     &out),
+            0)
+      << out;
+  std::vector<double> layer0;
+  std::ifstream in(run_path("high_lr") + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("attn")) layer0.push_back(j["attn"][0]["max_logit"].get<double>());
+  }
+  ASSERT_EQ(layer0.size(), 10u);
+  EXPECT_GT(layer0.back(), 5.0 * layer0.front()) << "layer-0 max attention logit did not grow: " << layer0.front()
+                                                 << " -> " << layer0.back();
+  auto s = read_json(run_path("high_lr") + "/summary.json");
+  EXPECT_NEAR(s["max_attn_logit_per_layer"][0].get<double>(), *std::max_element(layer0.begin(), layer0.end()), 1e-9);
 }
