@@ -10,9 +10,6 @@
 #include <cmath>
 #include <sstream>
 
-#include "checkpoint/checkpoint_error.h"
-#include "checkpoint/checkpoint_store.h"
-#include "checkpoint/posix_io.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "model/init.h"
@@ -23,7 +20,7 @@
 #include "train/optimizer.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
-#include "train/train_state.h"
+#include "train/trainer_impl.h"
 
 namespace keel {
 
@@ -31,9 +28,6 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 void on_stop_signal(int sig) { g_stop_signal.store(sig); }  // only sets a flag (REFERENCE.md §9)
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string hms(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -63,63 +57,6 @@ void install_stop_handlers() {
 
 bool stop_requested() { return g_stop_signal.load() != 0; }
 
-class Trainer {
- public:
-  Trainer(const Config& config, const TrainOptions& options) : cfg_(config), opts_(options) {}
-  int run();
-
- private:
-  void setup();
-  void print_settings();
-  void train_step(int64_t step);
-  double evaluate();
-  void log_step(int64_t step, bool eval_now);
-  void write_summary(const std::string& stopped_by);
-  void resume_from_checkpoint();
-  void save_checkpoint(int64_t steps_done);
-  void truncate_metrics_after(int64_t step);
-  void record_spikes(const std::vector<SpikeEvent>& events);
-  nlohmann::json per_layer_grad_norms();
-
-  Config cfg_;
-  TrainOptions opts_;
-  ComputeSetup compute_;
-  std::unique_ptr<RunDir> run_;
-  Transformer model_{nullptr};
-  std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<BatchLoader> train_data_, val_data_;
-  ModelSize size_;
-  std::string tokenizer_path_;
-  int64_t last_saved_step_ = -1;
-  int64_t nan_at_step_ = 0;  // fault injection (tests): KEEL_FAULT_INJECT=nan_loss_at_step:N
-  int64_t spike_at_step_ = 0;  // KEEL_FAULT_INJECT=loss_x10_at_step:N (a planted loss spike)
-
-  int64_t global_batch_ = 0, micro_batch_ = 0, n_micro_ = 0, seq_len_ = 0;
-  int64_t start_step_ = 0, steps_done_ = 0;
-  double lr_ = 0;
-  // Device-side accumulators, read only on logging steps.
-  torch::Tensor loss_sum_, z_sum_, grad_norm_, nonfinite_count_;
-  int64_t loss_count_ = 0;
-  int64_t nonfinite_seen_ = 0;
-  // Progress bookkeeping.
-  Clock::time_point run_start_, interval_start_;
-  int64_t interval_steps_ = 0;
-  double last_loss_ = NAN, last_val_loss_ = NAN, best_val_loss_ = INFINITY, initial_loss_ = NAN;
-  double loader_wait_ms_ = 0;
-  // Monitoring (monitor.every): statistics of the current step, merged into
-  // its metrics record; the per-layer maximum attention logit over the run.
-  nlohmann::json pending_monitor_;
-  std::unique_ptr<StabilityMonitor> stability_;
-  nlohmann::json pending_spikes_ = nlohmann::json::array();
-  int64_t spike_skips_ = 0;
-  bool divergence_reported_ = false;
-  double final_z_ = NAN;
-  std::vector<double> max_attn_logit_;
-  double param_norm_ = NAN, update_ratio_ = NAN;
-  nlohmann::json layer_grad_norms_;  // monitor.layer_grad_norms, on logging steps
-  double tokens_per_s_sum_ = 0;
-  int64_t tokens_per_s_n_ = 0;
-};
 
 void Trainer::setup() {
   compute_ = setup_compute(cfg_.train);
@@ -163,81 +100,6 @@ void Trainer::setup() {
   if (!opts_.resume.empty()) resume_from_checkpoint();
 }
 
-// --resume auto: the newest valid checkpoint (newer broken ones are reported
-// and skipped), or a fresh start when there is none. --resume PATH: that one.
-void Trainer::resume_from_checkpoint() {
-  std::string dir;
-  if (opts_.resume == "auto") {
-    std::vector<std::string> rejected;
-    auto latest = CheckpointStore(run_->path()).latest_valid(&rejected);
-    for (const auto& why : rejected) run_->log->warn("skipping invalid checkpoint " + why);
-    if (!latest) {
-      run_->log->info("--resume auto: no valid checkpoint in " + run_->path() + "; starting fresh");
-      return;
-    }
-    dir = *latest;
-  } else {
-    dir = opts_.resume;
-  }
-  CheckpointStore::verify(dir);  // a corrupted checkpoint is named before anything else
-  Config saved = checkpoint_config(dir);
-  ConfigDiff diff = diff_for_resume(saved, cfg_);
-  if (!diff.refused.empty()) {
-    std::string list;
-    for (const auto& d : diff.refused) list += "\n  " + d;
-    throw RunDirError("refusing to resume from " + dir + ": the config differs in keys that change the model, "
-                      "data or optimisation (start a new run instead):" + list);
-  }
-  for (const auto& d : diff.allowed) run_->log->info("resume: config change allowed: " + d);
-  TrainState state = load_training_checkpoint(dir, model_, optimizer_.get(), nullptr);
-  start_step_ = state.step;
-  last_saved_step_ = state.step;
-  const auto& extra = state.extra;
-  if (extra.contains("best_val_loss") && extra["best_val_loss"].is_number())
-    best_val_loss_ = extra["best_val_loss"].get<double>();
-  if (extra.contains("initial_loss") && extra["initial_loss"].is_number())
-    initial_loss_ = extra["initial_loss"].get<double>();
-  if (extra.contains("nonfinite_steps")) {
-    nonfinite_seen_ = extra["nonfinite_steps"].get<int64_t>();
-    nonfinite_count_.fill_(static_cast<double>(nonfinite_seen_));
-  }
-  if (extra.contains("stability")) stability_->load_state(extra["stability"]);
-  if (extra.contains("max_attn_logit_per_layer"))
-    max_attn_logit_ = extra["max_attn_logit_per_layer"].get<std::vector<double>>();
-  if (extra.contains("spike_skips")) spike_skips_ = extra["spike_skips"].get<int64_t>();
-  truncate_metrics_after(start_step_);
-  run_->log->info(strf("resumed from %s at step %lld", dir.c_str(), static_cast<long long>(start_step_)));
-}
-
-// A run that crashed after its last checkpoint logged steps it will now
-// redo; drop them so metrics.jsonl has each step once.
-void Trainer::truncate_metrics_after(int64_t step) {
-  const std::string path = run_->file("metrics.jsonl");
-  if (!path_exists(path)) return;
-  std::string kept, line;
-  std::istringstream in(read_small_file(path, 1ull << 30));
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    auto rec = nlohmann::json::parse(line, nullptr, false);
-    if (!rec.is_discarded() && rec.contains("step") && rec["step"].get<int64_t>() > step) continue;
-    kept += line + "\n";
-  }
-  run_->reopen_metrics(kept);
-  // spikes.jsonl likewise.
-  const std::string spikes = run_->file("spikes.jsonl");
-  if (!path_exists(spikes)) return;
-  std::string kept_spikes;
-  std::istringstream sin(read_small_file(spikes, 1ull << 30));
-  while (std::getline(sin, line)) {
-    auto rec = nlohmann::json::parse(line, nullptr, false);
-    if (!rec.is_discarded() && rec.contains("step") && rec["step"].get<int64_t>() > step) continue;
-    kept_spikes += line + "\n";
-  }
-  write_file_atomic(spikes, kept_spikes);
-}
-
-// Gradient L2 norm of each block ("blocks.N.*") and of everything else
-// (embedding, final norm, head), before clipping.
 nlohmann::json Trainer::per_layer_grad_norms() {
   torch::NoGradGuard no_grad;
   std::vector<std::vector<torch::Tensor>> groups(cfg_.model.n_layers + 1);
@@ -268,25 +130,6 @@ void Trainer::record_spikes(const std::vector<SpikeEvent>& events) {
                                                  static_cast<long long>(*e.top_attn_layer)).c_str()
                                           : ""));
   }
-}
-
-void Trainer::save_checkpoint(int64_t steps_done) {
-  if (steps_done == last_saved_step_) return;
-  TrainState state;
-  state.step = steps_done;
-  state.tokens = steps_done * global_batch_ * seq_len_;
-  state.extra = {{"best_val_loss", std::isfinite(best_val_loss_) ? nlohmann::json(best_val_loss_) : nlohmann::json()},
-                 {"initial_loss", std::isnan(initial_loss_) ? nlohmann::json() : nlohmann::json(initial_loss_)},
-                 {"nonfinite_steps", nonfinite_seen_},
-                 {"stability", stability_->state()},
-                 {"max_attn_logit_per_layer", max_attn_logit_},
-                 {"spike_skips", spike_skips_}};
-  auto t0 = Clock::now();
-  std::string dir = save_training_checkpoint(run_->path(), cfg_, model_, optimizer_.get(), state, tokenizer_path_);
-  last_saved_step_ = steps_done;
-  auto removed = CheckpointStore(run_->path()).prune(cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every);
-  run_->log->info(strf("checkpoint %s (%.2f s)%s", dir.c_str(), seconds_since(t0),
-                       removed.empty() ? "" : strf(", pruned %zu", removed.size()).c_str()));
 }
 
 void Trainer::print_settings() {
