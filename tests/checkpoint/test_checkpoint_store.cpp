@@ -16,6 +16,7 @@
 #include "checkpoint/install_dir.h"
 #include "checkpoint/posix_io.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint_test_util.h"
 #include "test_util.h"
 
 namespace {
@@ -107,15 +108,6 @@ pid_t dead_pid() {
   return pid;
 }
 
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& fragments) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected CheckpointError containing '" << fragments.at(0) << "'";
-  } catch (const CheckpointError& e) {
-    std::string msg = e.what();
-    for (const auto& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << "'" << f << "' not in: " << msg;
-  }
-}
 
 std::vector<int64_t> valid_steps(const CheckpointStore& store) {
   std::vector<int64_t> steps;

@@ -13,6 +13,7 @@
 
 #include "checkpoint/posix_io.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint_test_util.h"
 #include "test_util.h"
 
 namespace {
@@ -31,16 +32,6 @@ std::string raw_file(const std::string& header, const std::string& data) {
   return out + header + data;
 }
 
-// Runs fn, expects a CheckpointError whose message contains every fragment.
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& fragments) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected CheckpointError containing '" << fragments.at(0) << "'";
-  } catch (const CheckpointError& e) {
-    std::string msg = e.what();
-    for (const auto& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << "'" << f << "' not in: " << msg;
-  }
-}
 
 // Same bytes, same dtype, same shape. NaN payloads and -0.0 included.
 void expect_bit_equal(const torch::Tensor& a, const torch::Tensor& b, const std::string& name) {
