@@ -39,11 +39,34 @@ endif()
 
 # NCCL: ProcessGroupNCCL is usable when the LibTorch build has it (its headers
 # are guarded by USE_C10D_NCCL) and libtorch_cuda links NCCL.
+# Its header includes <nccl.h>, which the wheel keeps in the nvidia-nccl
+# package next to torch (site-packages/nvidia/nccl/include).
 set(KEEL_WITH_NCCL OFF)
 if(KEEL_WITH_CUDA AND EXISTS "${TORCH_INSTALL_PREFIX}/include/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp")
-  set(KEEL_WITH_NCCL ON)
+  find_path(KEEL_NCCL_INCLUDE_DIR nccl.h
+            HINTS "${TORCH_INSTALL_PREFIX}/../nvidia/nccl/include" ENV NCCL_INCLUDE_DIR
+            PATH_SUFFIXES include)
+  if(KEEL_NCCL_INCLUDE_DIR)
+    set(KEEL_WITH_NCCL ON)
+  else()
+    message(WARNING "keel: LibTorch has ProcessGroupNCCL but nccl.h was not found (set NCCL_INCLUDE_DIR); "
+                    "multi-GPU training is off in this build")
+  endif()
+endif()
+
+# Gloo (the CPU backend): LibTorch links it in, but its headers ship with
+# neither the wheel nor the archive. ProcessGroupGloo.hpp needs them; the
+# Debian package libgloo-dev provides them (keel only holds Gloo objects
+# through shared_ptr, so their version need not match LibTorch's copy).
+set(KEEL_WITH_GLOO OFF)
+find_path(KEEL_GLOO_INCLUDE_DIR gloo/algorithm.h)
+if(KEEL_GLOO_INCLUDE_DIR AND EXISTS "${TORCH_INSTALL_PREFIX}/include/torch/csrc/distributed/c10d/ProcessGroupGloo.hpp")
+  set(KEEL_WITH_GLOO ON)
+else()
+  message(WARNING "keel: gloo headers not found (Debian: libgloo-dev): multi-process CPU training is off in this build")
 endif()
 
 message(STATUS "keel: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}")
 message(STATUS "keel: CUDA code paths: ${KEEL_WITH_CUDA} (CUDA toolkit ${CUDAToolkit_VERSION}${CUDA_VERSION})")
 message(STATUS "keel: NCCL (c10d ProcessGroupNCCL): ${KEEL_WITH_NCCL}")
+message(STATUS "keel: Gloo (c10d ProcessGroupGloo): ${KEEL_WITH_GLOO}")

@@ -27,10 +27,21 @@ config is written to `runs/<name>/config.yaml`.
 | `default.yaml` | tiny pre-norm GQA model on the embedded corpus; trains on 2 CPU cores in minutes |
 | `qwen3-style.yaml` | pre-norm, RMS QK-Norm per head (gain shared by heads) before RoPE, tied head |
 | `olmo2-style.yaml` | reordered norm (OLMo 2), RMS QK-Norm over the whole projection, z-loss 1e-5 |
-| `gemma2-style.yaml` | sandwich norm, attention softcap 50, final softcap 30, sqrt(d) embedding scale, query_pre_attn_scalar |
+| `gemma2-style.yaml` | sandwich norm, attention softcap 50, final softcap 30, sqrt(d) embedding scale, query_pre_attn_scalar, gated GELU-tanh MLP, (1+w) RMSNorm gains |
+| `gemma3-style.yaml` | Gemma 2's layout with an RMS QK-Norm per head ((1+w) gain) before RoPE instead of the softcaps |
 | `post-ln.yaml` | classic Post-LN: LayerNorm(x + f(x)), no final norm |
 | `l2-qknorm.yaml` | L2 QK-Norm with a learned temperature initialised to log2(L^2-L) (Henry et al. 2020) |
 | `gpt2-124m.yaml` | GPT-2-124M-class model for GPUs, bf16, T = 1024 |
+| `bench-cpu-tiny.yaml` | CPU benchmark (`keel bench`, `scripts/bench_compare.sh`): the default model and batch |
+| `bench-cpu.yaml` | CPU benchmark: d_model 512, 8 layers, 8 query / 2 KV heads, T 512, SwiGLU, RMS QK-Norm per head, 4 sequences |
+
+Sweep files for `keel sweep` (a base config, a grid of values, one run per
+point; see the main README) are in `sweeps/`:
+
+| file | what it is |
+|---|---|
+| `sweeps/qknorm-lr-cpu.yaml` | QK-Norm none / RMS per head / RMS per projection / L2 × 6 peak LRs (1e-3 … 3e-1) on the default model, 250 steps each; 2 CPU cores, about 20 minutes |
+| `sweeps/qknorm-lr-gpu.yaml` | the same grid on a 64M-parameter Wortsman-style model (LayerNorm, GeLU, untied head), bf16, one GPU |
 
 ## Where the variants come from
 
@@ -38,6 +49,29 @@ config is written to `runs/<name>/config.yaml`.
 - `model.qk_norm.*`: `rms` per head before RoPE is Qwen3; `rms` over the projection is OLMo 2; `layernorm` per head with a shared gain is Wortsman et al. 2023 (arXiv 2309.14322), with `gain_per_head` and `bias` it is Chameleon; `l2` with a learned temperature is Henry et al. 2020 (arXiv 2010.04245); `l2` after RoPE with a gain is nGPT's placement.
 - `model.attn_softcap`, `model.final_softcap`, `model.query_pre_attn_scalar`, `model.embed_norm: scale_sqrt_d`: Gemma 2. `embed_norm: layernorm` is BLOOM; `rmsnorm` (parameter-free) is modded-nanogpt/nanochat.
 - `train.z_loss`: PaLM (1e-4); `train.independent_weight_decay`: Wortsman et al. 2023.
+- `model.mlp: geglu_tanh` (gated MLP with the tanh-approximated GELU, transformers' `gelu_pytorch_tanh`) and `model.norm_unit_offset` (gains applied as 1+w, w initialised to 0): Gemma 2 and 3.
+
+## Hugging Face export
+
+`keel export-hf RUN_OR_CHECKPOINT OUT_DIR` writes a model that
+`transformers.AutoModelForCausalLM` and `AutoTokenizer` load with no custom
+code, when the model section is one of these layouts (anything else is
+refused, naming the keys):
+
+| transformers class | `norm_placement` | `qk_norm` | other keys it requires |
+|---|---|---|---|
+| `LlamaForCausalLM` | `pre` | `none` | `embed_norm: none`, no softcaps (`bias` allowed: attention_bias + mlp_bias) |
+| `Qwen3ForCausalLM` | `pre` | `rms`, `head`, `before_rope`, shared gain | `embed_norm: none`, no softcaps, no bias |
+| `Olmo2ForCausalLM` | `reordered` | `rms`, `projection`, `before_rope` | `embed_norm: none`, no softcaps, no bias |
+| `Gemma2ForCausalLM` | `sandwich` | `none` | `embed_norm: scale_sqrt_d`, no bias; softcaps and `query_pre_attn_scalar` optional |
+| `Gemma3ForCausalLM` | `sandwich` | `rms`, `head`, `before_rope`, shared gain | as Gemma 2 |
+
+All need `norm: rms`, `rope: true`, a gated MLP (`swiglu` or `geglu_tanh`)
+and `qk_norm.eps` equal to `norm_eps`. Gains are converted between keel's
+form (`norm_unit_offset`) and the class's. `keel import-hf HF_DIR [OUT_DIR]`
+is the inverse: it writes a run directory with a step-0 checkpoint and a
+`config.yaml` whose `train.init_from` and `data.tokenizer` make
+`keel train OUT_DIR/config.yaml` continue pretraining from those weights.
 
 ## Every key
 

@@ -23,3 +23,25 @@ ctest --test-dir build-gpu -LE gpu -j"$(nproc)" --timeout 300 2>&1 | tee "$out/c
 ./build-gpu/keel train configs/default.yaml --set train.device=cuda --set run.out_dir="$out/runs" \
     --set run.name=default-cuda --set data.dir="$out/data" --set train.max_steps=300 2>&1 \
     | tee "$out/train-cuda.txt" | grep -E "device|step +(100|200|300)/|summary"
+# The NCCL code path on one GPU: a data-parallel group of one through keel launch.
+./build-gpu/keel launch --nproc 1 -- train configs/default.yaml --set train.device=cuda --set run.out_dir="$out/runs" \
+    --set run.name=nccl-1gpu --set data.dir="$out/data" --set train.max_steps=100 2>&1 \
+    | tee "$out/train-nccl.txt" | grep -E "data parallel|step +100/|summary"
+# Speed (README "Speed"; about 4 minutes): the GPT-2-124M-class config at
+# T = 1024, bf16, 64 sequences in micro-batches of 32, random tokens.
+# keel bench with the phase breakdown and the monitoring cost; keel vs the
+# PyTorch reference (bench/bench_pytorch.py) eager and torch.compile; and
+# QK-Norm none / rms / l2. BENCH=0 skips this part.
+if [[ ${BENCH:-1} != 0 ]]; then
+  bench_set=(--set train.batch_size=64 --set train.micro_batch_size=32)
+  t0=$(date +%s)
+  ./build-gpu/keel bench configs/gpt2-124m.yaml "${bench_set[@]}" --random-data --steps 20 --warmup 5 \
+      --json "$out/bench-keel-gpt2.json" 2>&1 | tee "$out/bench-keel-gpt2.txt" || echo "keel bench failed"
+  KEEL=./build-gpu/keel PYTHON="$py" STEPS=20 WARMUP=5 OUT="$out/bench-compare-gpt2" \
+      timeout 420 bash scripts/bench_compare.sh configs/gpt2-124m.yaml 1 "${bench_set[@]}" 2>&1 \
+      | tee "$out/bench-compare-gpt2.txt" || echo "bench_compare failed (see $out/bench-compare-gpt2/)"
+  KEEL=./build-gpu/keel PYTHON="$py" STEPS=20 OUT="$out/bench-qknorm-gpt2" \
+      timeout 240 bash scripts/bench_qknorm.sh configs/gpt2-124m.yaml 1 "${bench_set[@]}" --random-data 2>&1 \
+      | tee "$out/bench-qknorm-gpt2.txt" || echo "bench_qknorm failed"
+  echo "bench: $(( $(date +%s) - t0 )) s" | tee -a "$out/timings.txt"
+fi

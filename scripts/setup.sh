@@ -17,7 +17,7 @@ say() { printf '[setup] %s\n' "$*"; }
 # 1. Debian packages.
 debs=(build-essential cmake ninja-build pkg-config git python3-venv zlib1g-dev
       libyaml-cpp-dev libspdlog-dev libfmt-dev libsentencepiece-dev sentencepiece
-      libcli11-dev nlohmann-json3-dev libgtest-dev)
+      libcli11-dev nlohmann-json3-dev libgtest-dev libgloo-dev)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <random>
+#include <vector>
 #include <stdexcept>
 
 namespace keel_test {
@@ -45,6 +47,22 @@ std::string read_file(const std::string& path) {
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string make_sentence_corpus(unsigned seed, int docs) {
+  const std::vector<std::string> subj = {"The cat", "A dog", "My friend", "The old man", "Every child", "The river",
+                                         "Our teacher", "The small bird"};
+  const std::vector<std::string> verb = {"sees", "likes", "follows", "finds", "remembers", "draws", "carries"};
+  const std::vector<std::string> obj = {"the red ball", "a quiet house", "the long road", "an apple",
+                                        "the blue sky", "a warm fire", "the morning light"};
+  std::mt19937 rng(seed);
+  std::string text;
+  for (int doc = 0; doc < docs; ++doc) {
+    for (int s = 0; s < 8; ++s)
+      text += subj[rng() % subj.size()] + " " + verb[rng() % verb.size()] + " " + obj[rng() % obj.size()] + ". ";
+    text += "\n%\n";
+  }
+  return text;
 }
 
 }  // namespace keel_test

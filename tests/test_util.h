@@ -13,5 +13,8 @@ std::string source_path(const std::string& relative);
 // Whole-file binary read and write (no std::filesystem: see src/checkpoint/posix_io.h).
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& bytes);
+// English-like text from a small grammar: `docs` documents of 8 sentences,
+// separated by "%" lines. Deterministic in `seed`.
+std::string make_sentence_corpus(unsigned seed, int docs);
 
 }  // namespace keel_test

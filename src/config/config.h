@@ -17,7 +17,8 @@ namespace keel {
 
 struct QKNormConfig {
   std::string type = "none";            // none | rms | layernorm | l2
-  std::string scope = "head";           // head | projection
+  std::string scope = "head";           // head | group | projection
+  int64_t groups = 0;                   // group scope: number of head groups normalised together
   std::string position = "before_rope"; // before_rope | after_rope
   bool gain = true;                     // learnable per-dimension gain
   bool gain_per_head = false;           // head scope: one gain per head instead of shared
@@ -44,9 +45,10 @@ struct ModelConfig {
   int64_t n_layers = 4;
   int64_t n_heads = 4;
   int64_t n_kv_heads = 2;
-  int64_t d_ff = 0;                        // 0: 4*d_model (gelu) or 8/3*d_model rounded to 64 (swiglu)
-  std::string mlp = "swiglu";              // swiglu | gelu
+  int64_t d_ff = 0;                        // 0: 4*d_model (gelu) or 8/3*d_model rounded to 64 (gated)
+  std::string mlp = "swiglu";              // swiglu | geglu_tanh | gelu
   std::string norm = "rms";                // rms | layernorm
+  bool norm_unit_offset = false;           // every norm gain applied as (1 + w), w initialised to 0 (Gemma)
   double norm_eps = 1e-5;
   std::string norm_placement = "pre";      // pre | post | reordered | sandwich
   bool bias = false;
@@ -58,6 +60,10 @@ struct ModelConfig {
   std::optional<double> final_softcap;     // null: off
   std::string embed_norm = "none";         // none | scale_sqrt_d | layernorm | rmsnorm
   std::optional<double> query_pre_attn_scalar;  // null: scale = 1/sqrt(head_dim)
+  // Other attention-logit stabilisers (see configs/README.md for sources).
+  std::string qkv_norm = "none";           // none | rms | layernorm: norm of the fused QKV output (Rybakov et al.)
+  std::optional<double> attn_logit_clamp;  // scores clipped to [-c, c] before softmax; null = off
+  bool sigma_reparam = false;              // sigmaReparam on attention and MLP linears (Zhai et al. 2023)
   InitConfig init;
 
   int64_t head_dim() const { return n_heads > 0 ? d_model / n_heads : 0; }
@@ -70,6 +76,7 @@ struct ModelConfig {
 
 struct TrainConfig {
   std::string device = "auto";             // auto | cpu | cuda
+  std::optional<double> qk_clip_tau;       // QK-clip threshold (MuonClip); null = off
   int64_t max_steps = 600;
   int64_t batch_size = 16;                 // global batch, in sequences
   int64_t batch_tokens = 0;                // global batch in tokens (overrides batch_size when > 0)
@@ -96,6 +103,7 @@ struct TrainConfig {
   int64_t eval_every = 100;
   int64_t eval_batches = 8;
   std::string nonfinite = "halt";          // halt | skip
+  std::string init_from = "";              // checkpoint or run dir whose weights start a fresh run
 };
 
 struct MonitorConfig {
@@ -123,6 +131,8 @@ struct CheckpointConfig {
 struct DistConfig {
   std::string backend = "auto";            // auto | nccl | gloo
   double timeout_s = 300.0;
+  double bucket_mb = 25.0;                 // gradient all-reduce bucket size (PyTorch DDP's default)
+  bool overlap = true;                     // launch bucket all-reduces from gradient hooks during backward
 };
 
 struct RunConfig {
@@ -130,6 +140,7 @@ struct RunConfig {
   std::string out_dir = "runs";
   int64_t seed = 1337;
   bool overwrite = false;                  // allow replacing an existing run directory
+  bool tensorboard = true;                 // TensorBoard event files beside metrics.jsonl
 };
 
 struct Config {

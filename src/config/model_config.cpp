@@ -9,7 +9,7 @@ namespace keel {
 int64_t ModelConfig::ffn_dim() const {
   if (d_ff > 0) return d_ff;
   if (mlp == "gelu") return 4 * d_model;
-  // SwiGLU keeps the parameter count of a 4x GELU MLP: 2/3 * 4d, rounded up to 64.
+  // A gated MLP (SwiGLU, GeGLU) keeps the parameter count of a 4x GELU MLP: 2/3 * 4d, rounded up to 64.
   int64_t raw = (8 * d_model + 2) / 3;
   return (raw + 63) / 64 * 64;
 }
@@ -24,10 +24,16 @@ void declare_model_keys(Schema& s, ModelConfig& m) {
   s.integer("model.n_layers", &m.n_layers, "number of transformer blocks").min = 1;
   s.integer("model.n_heads", &m.n_heads, "query heads per attention layer").min = 1;
   s.integer("model.n_kv_heads", &m.n_kv_heads, "key/value heads (1 = MQA, n_heads = MHA)").min = 1;
-  s.integer("model.d_ff", &m.d_ff, "MLP hidden width; 0 = 4*d_model (gelu) or 8/3*d_model rounded to 64 (swiglu)")
+  s.integer("model.d_ff", &m.d_ff,
+            "MLP hidden width; 0 = 4*d_model (gelu) or 8/3*d_model rounded to 64 (swiglu, geglu_tanh)")
       .min = 0;
-  s.choice("model.mlp", &m.mlp, {"swiglu", "gelu"}, "MLP type");
+  s.choice("model.mlp", &m.mlp, {"swiglu", "geglu_tanh", "gelu"},
+           "MLP type: swiglu down(silu(gate x) * up x) (Llama, Qwen3, OLMo 2); geglu_tanh the same with "
+           "the tanh-approximated GELU (Gemma's gelu_pytorch_tanh); gelu down(gelu(up x)), exact erf GELU (GPT-2)");
   s.choice("model.norm", &m.norm, {"rms", "layernorm"}, "norm used in blocks and the final norm");
+  s.boolean("model.norm_unit_offset", &m.norm_unit_offset,
+            "every norm gain (blocks, final, QK-Norm, embedding) is applied as x_hat*(1+w) with w initialised "
+            "to 0, Gemma's RMSNorm form; false: x_hat*w with w initialised to 1");
   s.real("model.norm_eps", &m.norm_eps, "epsilon of block and final norms").min = 0;
   s.choice("model.norm_placement", &m.norm_placement, {"pre", "post", "reordered", "sandwich"},
            "block layout: pre x+f(n(x)); post n(x+f(x)); reordered (OLMo 2) x+n(f(x)); "
@@ -39,8 +45,13 @@ void declare_model_keys(Schema& s, ModelConfig& m) {
 
   s.choice("model.qk_norm.type", &m.qk_norm.type, {"none", "rms", "layernorm", "l2"},
            "normalisation of queries and keys before the dot product");
-  s.choice("model.qk_norm.scope", &m.qk_norm.scope, {"head", "projection"},
-           "normalise each head's vector (Qwen3) or the whole projection (OLMo 2)");
+  s.choice("model.qk_norm.scope", &m.qk_norm.scope, {"head", "group", "projection"},
+           "normalise each head's vector (Qwen3), groups of heads together (model.qk_norm.groups), or the "
+           "whole projection (OLMo 2)");
+  s.integer("model.qk_norm.groups", &m.qk_norm.groups,
+            "group scope: number of head groups; queries are normalised over n_heads/groups heads at a "
+            "time, keys over n_kv_heads/min(groups, n_kv_heads); 1 = projection scope, n_heads = head scope")
+      .min = 0;
   s.choice("model.qk_norm.position", &m.qk_norm.position, {"before_rope", "after_rope"},
            "apply the norm before or after the rotary embedding");
   s.boolean("model.qk_norm.gain", &m.qk_norm.gain, "learnable per-dimension gain, initialised to 1");
@@ -75,6 +86,18 @@ void declare_model_keys(Schema& s, ModelConfig& m) {
                             "attention scale = this^-0.5 (Gemma 2: 256); null = head_dim");
   q.min = 0;
   q.min_exclusive = true;
+
+  s.choice("model.qkv_norm", &m.qkv_norm, {"none", "rms", "layernorm"},
+           "QKV-norm (Rybakov et al. 2024, arXiv 2410.16682): a norm over the concatenated q, k, v "
+           "projection outputs, and no pre-attention norm in the block (pre layout)");
+  auto& cl = s.optional_real("model.attn_logit_clamp", &m.attn_logit_clamp,
+                             "hard clamp of attention scores to [-c, c] before the softmax (unlike the tanh "
+                             "softcap, no effect below c); null = off");
+  cl.min = 0;
+  cl.min_exclusive = true;
+  s.boolean("model.sigma_reparam", &m.sigma_reparam,
+            "sigmaReparam (Zhai et al. 2023): attention and MLP weights used as (gamma/sigma(W))*W, sigma by "
+            "one power-iteration step per training step, gamma learnable from 1");
 
   s.real("model.init.std", &m.init.std, "std of the normal init of linear and embedding weights").min = 0;
   s.boolean("model.init.depth_scaled", &m.init.depth_scaled,
@@ -114,6 +137,22 @@ void check_model(const ModelConfig& m, ConfigErrors& e) {
       e.add("model.query_pre_attn_scalar",
             "conflicts with model.qk_norm.type: l2, whose temperature replaces the attention scale");
   }
+  if (q.scope == "group") {
+    const int64_t g = q.groups;
+    if (q.type == "none" || q.type == "l2")
+      e.add("model.qk_norm.scope", "group scope needs type rms or layernorm (got " + q.type + ")");
+    else if (g <= 0 || m.n_heads % g != 0)
+      e.add("model.qk_norm.groups", std::to_string(g) + " must be positive and divide model.n_heads = " +
+                                        std::to_string(m.n_heads));
+    else if (m.n_kv_heads % std::min(g, m.n_kv_heads) != 0)
+      e.add("model.qk_norm.groups", "min(groups, n_kv_heads) = " + std::to_string(std::min(g, m.n_kv_heads)) +
+                                        " must divide model.n_kv_heads = " + std::to_string(m.n_kv_heads));
+  } else if (q.groups != 0) {
+    e.add("model.qk_norm.groups", "only used with model.qk_norm.scope: group");
+  }
+  if (m.qkv_norm != "none" && m.norm_placement != "pre")
+    e.add("model.qkv_norm", "replaces the pre-attention norm, so it needs model.norm_placement: pre (got " +
+                                m.norm_placement + ")");
   if (q.scope == "projection" && q.gain_per_head)
     e.add("model.qk_norm.gain_per_head", "projection scope already has one gain per dimension of "
                                          "the whole projection");

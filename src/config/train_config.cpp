@@ -6,6 +6,11 @@ namespace keel {
 
 void declare_train_keys(Schema& s, TrainConfig& t) {
   s.choice("train.device", &t.device, {"auto", "cpu", "cuda"}, "auto = cuda when available");
+  auto& clip = s.optional_real("train.qk_clip_tau", &t.qk_clip_tau,
+                               "QK-clip (MuonClip, Kimi K2): after each step, heads whose max attention logit "
+                               "exceeded tau get W_q, W_k rescaled to bring it to tau; null = off");
+  clip.min = 0;
+  clip.min_exclusive = true;
   s.integer("train.max_steps", &t.max_steps, "optimizer steps to train").min = 1;
   s.integer("train.batch_size", &t.batch_size, "global batch in sequences (all ranks, all micro-steps)")
       .min = 1;
@@ -49,9 +54,14 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   s.integer("train.threads", &t.threads, "CPU threads per rank; 0 = cores / local ranks").min = 0;
   s.integer("train.log_every", &t.log_every, "steps between progress lines and metrics").min = 1;
   s.integer("train.eval_every", &t.eval_every, "steps between validation evals; 0 = only at the end").min = 0;
-  s.integer("train.eval_batches", &t.eval_batches, "validation batches per eval").min = 1;
+  s.integer("train.eval_batches", &t.eval_batches, "validation batches per eval, each of micro_batch_size sequences (batch_size when unset), split "
+            "over the ranks: the same windows for any number of ranks").min = 1;
   s.choice("train.nonfinite", &t.nonfinite, {"halt", "skip"},
            "on a non-finite loss or gradient: halt (exit 3) or skip the update");
+  s.text("train.init_from", &t.init_from,
+         "checkpoint or run directory (its newest checkpoint) whose weights start a fresh run, e.g. one "
+         "written by keel import-hf; optimizer and step start anew; model.* must match it except "
+         "max_seq_len and init.*; empty = random init");
 }
 
 void declare_monitor_keys(Schema& s, MonitorConfig& m) {
@@ -89,9 +99,17 @@ void declare_checkpoint_keys(Schema& s, CheckpointConfig& c) {
 
 void declare_dist_keys(Schema& s, DistConfig& d) {
   s.choice("dist.backend", &d.backend, {"auto", "nccl", "gloo"}, "auto = nccl on CUDA, gloo on CPU");
-  auto& t = s.real("dist.timeout_s", &d.timeout_s, "collective timeout; a dead worker ends the run after this");
+  auto& t = s.real("dist.timeout_s", &d.timeout_s,
+                   "rendezvous and collective timeout in seconds; a dead or hung worker ends the others' run "
+                   "after at most this long");
   t.min = 0;
   t.min_exclusive = true;
+  auto& b = s.real("dist.bucket_mb", &d.bucket_mb, "gradient all-reduce bucket size in MiB (as PyTorch DDP)");
+  b.min = 0;
+  b.min_exclusive = true;
+  s.boolean("dist.overlap", &d.overlap,
+            "all-reduce each gradient bucket from backward hooks as soon as it is full (overlaps communication "
+            "with backward); false = one pass after backward");
 }
 
 void declare_run_keys(Schema& s, RunConfig& r) {
@@ -99,10 +117,15 @@ void declare_run_keys(Schema& s, RunConfig& r) {
   s.text("run.out_dir", &r.out_dir, "where run directories are created");
   s.integer("run.seed", &r.seed, "seed of init, data order and sampling").min = 0;
   s.boolean("run.overwrite", &r.overwrite, "replace an existing run directory of the same name");
+  s.boolean("run.tensorboard", &r.tensorboard,
+            "also write every metric as a TensorBoard scalar (events.out.tfevents.* in the run directory)");
 }
 
 void check_train(const Config& c, ConfigErrors& e) {
   const auto& t = c.train;
+  if (t.qk_clip_tau && c.model.qk_norm.type != "none")
+    e.add("train.qk_clip_tau", "QK-clip rescales W_q and W_k, which model.qk_norm (" + c.model.qk_norm.type +
+                                   ") normalises away; use one or the other");
   if (t.warmup_steps > t.max_steps)
     e.add("train.warmup_steps", std::to_string(t.warmup_steps) + " is longer than train.max_steps = " +
                                     std::to_string(t.max_steps));

@@ -48,12 +48,26 @@ bool safe_to_change(const std::string& key) {
       "train.max_steps",       "train.log_every",       "train.eval_every", "train.eval_batches",
       "checkpoint.every",      "checkpoint.keep_last",  "checkpoint.keep_every", "checkpoint.at_end",
       "monitor.every",         "monitor.sequences",     "monitor.layer_grad_norms", "monitor.stop_on_divergence",
-      "data.prefetch",         "run.overwrite",         "dist.timeout_s",        "run.name",
-      "run.out_dir"};
+      "data.prefetch",         "run.overwrite",         "dist.timeout_s",        "dist.bucket_mb",        "dist.overlap",
+      "dist.backend",          "run.name",
+      "run.out_dir",           "run.tensorboard",
+      // Thread count changes rounding only (a sweep's --parallel may change between sessions).
+      "train.threads",
+      // Only read by a fresh start; a resumed run has its own weights.
+      "train.init_from"};
   return safe.count(key) > 0;
 }
 
 }  // namespace
+
+TensorMap local_rng_state() {
+  TensorMap rng = {{"cpu", at::detail::getDefaultCPUGenerator().get_state()}};
+#ifdef KEEL_WITH_CUDA
+  for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i)
+    rng.emplace_back("cuda" + std::to_string(i), at::cuda::detail::getDefaultCUDAGenerator(i).get_state());
+#endif
+  return rng;
+}
 
 std::string save_training_checkpoint(const std::string& run_dir, const Config& config, Transformer& model,
                                      const AdamW* optimizer, const TrainState& state,
@@ -79,13 +93,7 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
     files.push_back({"optimizer.safetensors", [&](const std::string& p) { write_safetensors(p, optimizer->state()); }});
   }
   files.push_back({"rng.safetensors", [&](const std::string& p) {
-                     TensorMap rng = {{"cpu", at::detail::getDefaultCPUGenerator().get_state()}};
-#ifdef KEEL_WITH_CUDA
-                     for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i)
-                       rng.emplace_back("cuda" + std::to_string(i),
-                                        at::cuda::detail::getDefaultCUDAGenerator(i).get_state());
-#endif
-                     write_safetensors(p, rng);
+                     write_safetensors(p, state.rng.empty() ? local_rng_state() : state.rng);
                    }});
   // std::filesystem is avoided: libtorch.so exports its own copies of its
   // functions, which our calls bind to (see checkpoint/posix_io.h).
@@ -100,7 +108,7 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
 }
 
 TrainState load_training_checkpoint(const std::string& dir, Transformer& model, AdamW* optimizer,
-                                    std::string* saved_config_yaml) {
+                                    std::string* saved_config_yaml, int rng_rank) {
   CheckpointStore::verify(dir);
   const std::string state_path = dir + "/state.json";
   nlohmann::json meta;
@@ -119,7 +127,10 @@ TrainState load_training_checkpoint(const std::string& dir, Transformer& model, 
     std::vector<std::pair<std::string, torch::Tensor>> moved;
     for (auto& [name, t] : state) moved.emplace_back(name, t);
     optimizer->load_state(moved);
-    for (auto& [name, t] : read_safetensors(dir + "/rng.safetensors")) {
+    const std::string prefix = rng_rank == 0 ? "" : "rank" + std::to_string(rng_rank) + ".";
+    for (auto& [full_name, t] : read_safetensors(dir + "/rng.safetensors")) {
+      if (full_name.rfind(prefix, 0) != 0 || (prefix.empty() && full_name.rfind("rank", 0) == 0)) continue;
+      const std::string name = full_name.substr(prefix.size());
       if (name == "cpu") {
         at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle to the global generator
         gen.set_state(t);

@@ -25,7 +25,14 @@ struct TrainState {
   int64_t step = 0;            // optimizer steps completed
   int64_t tokens = 0;          // tokens consumed
   nlohmann::json extra;        // trainer/monitor state (best val loss, spike detector, ...)
+  // Generator states to save; empty = this process's (local_rng_state()).
+  // Data-parallel runs store rank 0's as "cpu", "cuda0", ... and rank r's as
+  // "rank<r>.cpu", ...
+  std::vector<std::pair<std::string, torch::Tensor>> rng;
 };
+
+// This process's CPU (and CUDA) generator states: {"cpu", state}, {"cuda0", state}, ...
+std::vector<std::pair<std::string, torch::Tensor>> local_rng_state();
 
 // Writes a checkpoint for `state.step`. Refuses (std::runtime_error) when any
 // weight is non-finite: such a checkpoint would poison every resume.
@@ -35,8 +42,10 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
 
 // Loads weights (and optimizer state and RNG when given) from a checkpoint
 // directory. Returns the state; the checkpoint's config is in *saved_config.
+// rng_rank: whose generator states to restore (rank r of a data-parallel
+// run); a rank the checkpoint has none for keeps its seeded generators.
 TrainState load_training_checkpoint(const std::string& checkpoint_dir, Transformer& model, AdamW* optimizer,
-                                    std::string* saved_config_yaml);
+                                    std::string* saved_config_yaml, int rng_rank = 0);
 
 // Resolved-config differences between a checkpoint and the current run.
 struct ConfigDiff {

@@ -9,16 +9,22 @@
 #include <limits>
 #include <cmath>
 #include <sstream>
+#include <thread>
 
 #include "data/loader.h"
+#include "data/manifest.h"
 #include "data/prepare.h"
+#include "dist/dist_env.h"
 #include "model/init.h"
 #include "model/model_size.h"
 #include "monitor/stability.h"
 #include "train/device.h"
+#include "train/init_from.h"
 #include "train/model_stats.h"
 #include "train/optimizer.h"
 #include "train/run_dir.h"
+#include "model/sigma_reparam.h"
+#include "train/qk_clip.h"
 #include "train/schedule.h"
 #include "train/trainer_impl.h"
 
@@ -59,45 +65,101 @@ bool stop_requested() { return g_stop_signal.load() != 0; }
 
 
 void Trainer::setup() {
-  compute_ = setup_compute(cfg_.train);
-  run_ = std::make_unique<RunDir>(cfg_, !opts_.resume.empty(), /*writer=*/true);
-  run_->write_config(cfg_);
+  // Who we are: a job of one, or a rank of a torchrun/SLURM/keel-launch job.
+  const DistEnv env = parse_dist_env(current_dist_environment());
+  compute_ = setup_compute(cfg_.train, env.local_rank, env.local_world_size);
+  dist_ = env.distributed() ? std::make_unique<Dist>(env, resolve_backend(cfg_.dist.backend, compute_.device.is_cuda()),
+                                                     cfg_.dist.timeout_s)
+                            : std::make_unique<Dist>();
+  check_config_matches_rank0();
 
   seq_len_ = cfg_.seq_len();
   global_batch_ = cfg_.train.batch_tokens > 0 ? cfg_.train.batch_tokens / seq_len_ : cfg_.train.batch_size;
-  micro_batch_ = cfg_.train.micro_batch_size > 0 ? cfg_.train.micro_batch_size : global_batch_;
-  n_micro_ = global_batch_ / micro_batch_;
+  DataManifest data;
+  // Rank 0 alone creates the run directory and prepares the data; the
+  // others learn its verdict before they read either.
+  collective_phase([&] {
+    const int world = dist_->world();
+    if (global_batch_ % world != 0)
+      throw DistError(strf("train.batch_size: the global batch of %lld sequences does not split evenly over %d ranks",
+                           static_cast<long long>(global_batch_), world));
+    rows_ = global_batch_ / world;
+    micro_batch_ = cfg_.train.micro_batch_size > 0 ? cfg_.train.micro_batch_size : rows_;
+    if (rows_ % micro_batch_ != 0)
+      throw DistError(strf("train.micro_batch_size: %lld does not divide the %lld sequences each of the %d ranks "
+                           "gets per step", static_cast<long long>(micro_batch_), static_cast<long long>(rows_), world));
+    n_micro_ = rows_ / micro_batch_;
+    run_ = std::make_unique<RunDir>(cfg_, !opts_.resume.empty(), /*writer=*/rank0());
+    if (rank0()) {
+      run_->write_config(cfg_);
+      data = ensure_prepared(cfg_);
+    }
+  });
+  if (!rank0()) run_->log->quiet(strf("[rank %d]", dist_->rank()));
 
-  DataManifest data = ensure_prepared(cfg_);
-  tokenizer_path_ = cfg_.data.dir + "/" + data.tokenizer.file;
-  const uint64_t seed = static_cast<uint64_t>(cfg_.run.seed);
-  train_data_ = std::make_unique<BatchLoader>(cfg_.data.dir, "train", seq_len_, global_batch_, 0, 1, seed,
-                                              cfg_.data.prefetch, cfg_.data.verify);
-  if (data.val.tokens > seq_len_)
-    val_data_ = std::make_unique<BatchLoader>(cfg_.data.dir, "val", seq_len_, micro_batch_, 0, 1, seed, 0,
-                                              cfg_.data.verify);
-  else
-    run_->log->warn("no validation split in " + cfg_.data.dir + " (data.val_fraction = 0?): evaluation is off");
+  collective_phase([&] {
+    if (!rank0()) data = read_data_manifest(cfg_.data.dir);
+    tokenizer_path_ = cfg_.data.dir + "/" + data.tokenizer.file;
+    const uint64_t seed = static_cast<uint64_t>(cfg_.run.seed);
+    const int64_t rank = dist_->rank(), world = dist_->world();
+    train_data_ = std::make_unique<BatchLoader>(cfg_.data.dir, "train", seq_len_, global_batch_, rank, world, seed,
+                                                cfg_.data.prefetch, cfg_.data.verify);
+    // Validation batches hold micro_batch_size sequences (the global batch
+    // when unset), split over the ranks when they divide evenly, else all on
+    // rank 0: either way the same windows as a single process.
+    val_rows_ = cfg_.train.micro_batch_size > 0 ? cfg_.train.micro_batch_size : global_batch_;
+    has_val_ = data.val.tokens > seq_len_;
+    if (has_val_ && val_rows_ % world == 0)
+      val_data_ = std::make_unique<BatchLoader>(cfg_.data.dir, "val", seq_len_, val_rows_, rank, world, seed, 0,
+                                                cfg_.data.verify);
+    else if (has_val_ && rank0())
+      val_data_ = std::make_unique<BatchLoader>(cfg_.data.dir, "val", seq_len_, val_rows_, 0, 1, seed, 0,
+                                                cfg_.data.verify);
+    if (!has_val_)
+      run_->log->warn("no validation split in " + cfg_.data.dir + " (data.val_fraction = 0?): evaluation is off");
 
-  size_ = model_size(cfg_.model, seq_len_);
-  model_ = build_model(cfg_.model, seed, compute_.device);
-  std::vector<NamedParam> params;
-  for (auto& item : model_->named_parameters(true)) params.push_back({item.key(), item.value()});
-  optimizer_ = std::make_unique<AdamW>(params, cfg_.train);
+    size_ = model_size(cfg_.model, seq_len_);
+    model_ = build_model(cfg_.model, seed, compute_.device);
+    std::vector<NamedParam> params;
+    for (auto& item : model_->named_parameters(true)) params.push_back({item.key(), item.value()});
+    optimizer_ = std::make_unique<AdamW>(params, cfg_.train);
 
-  auto zeros = [&] { return torch::zeros({}, torch::TensorOptions().device(compute_.device)); };
-  loss_sum_ = zeros();
-  z_sum_ = zeros();
-  nonfinite_count_ = zeros();
-  grad_norm_ = zeros();
-  stability_ = std::make_unique<StabilityMonitor>(cfg_.monitor);
-  if (const char* fault = std::getenv("KEEL_FAULT_INJECT")) {
-    const std::string f = fault, key = "nan_loss_at_step:";
-    if (f.rfind(key, 0) == 0) nan_at_step_ = std::stoll(f.substr(key.size()));
-    const std::string spike_key = "loss_x10_at_step:";
-    if (f.rfind(spike_key, 0) == 0) spike_at_step_ = std::stoll(f.substr(spike_key.size()));
+    auto zeros = [&] { return torch::zeros({}, torch::TensorOptions().device(compute_.device)); };
+    loss_sum_ = zeros();
+    z_sum_ = zeros();
+    nonfinite_count_ = zeros();
+    grad_norm_ = zeros();
+    stability_ = std::make_unique<StabilityMonitor>(cfg_.monitor);
+    if (cfg_.train.qk_clip_tau)  // the forwards record each head's largest logit (explicit attention path)
+      for (const auto& b : *model_->blocks) b->as<BlockImpl>()->attn->track_head_max = true;
+    read_fault_injection();
+  });
+  if (!opts_.resume.empty()) {
+    std::string dir;
+    collective_phase([&] { dir = rank0() ? choose_resume_dir() : ""; });
+    dir = dist_->exchange("resume", dir)[0];  // rank 0's choice, for every rank
+    if (!dir.empty()) collective_phase([&] { resume_from_checkpoint(dir); });
   }
-  if (!opts_.resume.empty()) resume_from_checkpoint();
+  // train.init_from (e.g. a `keel import-hf` directory): a fresh run starts from its weights.
+  if (start_step_ == 0 && !cfg_.train.init_from.empty())
+    collective_phase([&] { run_->log->info("initial weights from " + load_init_weights(cfg_, model_)); });
+  setup_data_parallel();
+}
+
+// Tests plant faults through KEEL_FAULT_INJECT: nan_loss_at_step:N,
+// loss_x10_at_step:N, kill_rank_at_step:R:N (SIGKILL), hang_rank_at_step:R:N.
+void Trainer::read_fault_injection() {
+  const char* fault = std::getenv("KEEL_FAULT_INJECT");
+  if (!fault) return;
+  const std::string f = fault;
+  auto after = [&](const std::string& key) { return f.rfind(key, 0) == 0 ? f.substr(key.size()) : std::string(); };
+  if (auto v = after("nan_loss_at_step:"); !v.empty()) nan_at_step_ = std::stoll(v);
+  if (auto v = after("loss_x10_at_step:"); !v.empty()) spike_at_step_ = std::stoll(v);
+  for (const char* key : {"kill_rank_at_step:", "hang_rank_at_step:"}) {
+    auto v = after(key);
+    if (v.empty() || std::stoi(v) != dist_->rank()) continue;
+    (std::string(key)[0] == 'k' ? kill_at_step_ : hang_at_step_) = std::stoll(v.substr(v.find(':') + 1));
+  }
 }
 
 nlohmann::json Trainer::per_layer_grad_norms() {
@@ -117,6 +179,28 @@ nlohmann::json Trainer::per_layer_grad_norms() {
   nlohmann::json out = {{"blocks", nlohmann::json::array()}, {"other", host[cfg_.model.n_layers].item<double>()}};
   for (int64_t i = 0; i < cfg_.model.n_layers; ++i) out["blocks"].push_back(host[i].item<double>());
   return out;
+}
+
+// QK-clip (train/qk_clip.h) after the update, from the per-head maximum
+// logits the step's forwards recorded; ranks take the maximum over all ranks
+// so that every replica applies the same rescaling.
+void Trainer::apply_qk_clip() {
+  std::vector<torch::Tensor> maxima;
+  for (const auto& b : *model_->blocks) {
+    auto& attn = b->as<BlockImpl>()->attn;
+    maxima.push_back(attn->head_max.defined() ? attn->head_max.to(torch::kFloat32)
+                                              : torch::zeros({attn->n_heads()}, torch::TensorOptions().device(compute_.device)));
+  }
+  auto all = torch::stack(maxima);  // [layers, heads]
+  dist_->all_reduce_max(all, "the QK-clip maximum");
+  const double tau = *cfg_.train.qk_clip_tau;
+  for (size_t i = 0; i < maxima.size(); ++i) {
+    auto& attn = model_->blocks[i]->as<BlockImpl>()->attn;
+    qk_clip_(attn->wq, attn->bq, attn->wk, attn->bk, all[static_cast<int64_t>(i)], tau, attn->n_heads(),
+             attn->n_kv_heads());
+  }
+  auto clipped = (all > tau).sum().to(torch::kFloat32);
+  qk_clipped_heads_ = qk_clipped_heads_.defined() ? qk_clipped_heads_ + clipped : clipped;
 }
 
 void Trainer::record_spikes(const std::vector<SpikeEvent>& events) {
@@ -158,18 +242,31 @@ void Trainer::print_settings() {
   row("schedule", t.schedule + ", warm-up " + std::to_string(t.warmup_steps) + ", " + std::to_string(t.max_steps) +
                       " steps");
   row("train tokens", si(static_cast<double>(train_data_->tokens())));
+  if (dist_->distributed())
+    row("data parallel", strf("%d ranks, %s (%s env), %lld seq/rank, %zu buckets <= %g MiB, %s", dist_->world(),
+                              dist_->backend().c_str(), dist_->env().source.c_str(), static_cast<long long>(rows_),
+                              grad_sync_->bucket_count(), cfg_.dist.bucket_mb,
+                              cfg_.dist.overlap ? "overlapped" : "after backward"));
   row("MFU peak", si(compute_.peak_flops) + "FLOP/s, " + compute_.peak_source);
   log.info(rule);
   log.info("MFU convention: " + flops_convention());
 }
 
 void Trainer::train_step(int64_t step) {
+  if (step + 1 == kill_at_step_) std::raise(SIGKILL);  // injected fault: this rank dies
+  while (step + 1 == hang_at_step_) std::this_thread::sleep_for(std::chrono::seconds(1));  // ... or hangs
   lr_ = lr_at(cfg_.train, step);
-  optimizer_->zero_grad();
+  if (grad_sync_)
+    grad_sync_->zero_grad();  // zeroes the buckets that .grad views
+  else
+    optimizer_->zero_grad();
+  if (cfg_.model.sigma_reparam) sigma_reparam_power_step(*model_);  // one power-iteration step per step
+  if (cfg_.train.qk_clip_tau)
+    for (const auto& b : *model_->blocks) b->as<BlockImpl>()->attn->head_max = torch::Tensor();
   auto wait0 = Clock::now();
   Batch batch = train_data_->get(step);
   loader_wait_ms_ += seconds_since(wait0) * 1e3;
-  if (cfg_.monitor.every > 0 && (step + 1) % cfg_.monitor.every == 0) {
+  if (monitor_step(step) && rank0()) {  // statistics are rank 0's job: it logs them
     const int64_t n = std::min<int64_t>(cfg_.monitor.sequences, batch.inputs.size(0));
     pending_monitor_ = collect_model_stats(model_, batch.inputs.narrow(0, 0, n).to(compute_.device),
                                            compute_.bf16_autocast);
@@ -181,7 +278,9 @@ void Trainer::train_step(int64_t step) {
     final_z_ = pending_monitor_["output"]["z_loss"].get<double>();
   }
   auto step_loss = torch::zeros({}, torch::TensorOptions().device(compute_.device));
+  auto step_z = torch::zeros({}, torch::TensorOptions().device(compute_.device));
   for (int64_t i = 0; i < n_micro_; ++i) {
+    if (grad_sync_ && i == n_micro_ - 1) grad_sync_->arm();  // this backward's gradients are final
     auto x = batch.inputs.narrow(0, i * micro_batch_, micro_batch_).to(compute_.device, /*non_blocking=*/true);
     auto y = batch.targets.narrow(0, i * micro_batch_, micro_batch_).to(compute_.device, true);
     LossParts loss;
@@ -200,10 +299,15 @@ void Trainer::train_step(int64_t step) {
     }
     // Equal-sized micro-batches: the mean of their means is the batch mean.
     (loss.total / static_cast<double>(n_micro_)).backward();
-    loss_sum_ += loss.ce.detach() / static_cast<double>(n_micro_);
     step_loss += loss.ce.detach() / static_cast<double>(n_micro_);
-    if (loss.z.defined()) z_sum_ += loss.z.detach() / static_cast<double>(n_micro_);
+    if (loss.z.defined()) step_z += loss.z.detach() / static_cast<double>(n_micro_);
   }
+  if (grad_sync_) {
+    comm_wait_ms_ += grad_sync_->finish();  // gradients are now the mean over ranks
+    reduce_step_loss(step_loss, step_z);
+  }
+  loss_sum_ += step_loss;
+  z_sum_ += step_z;
   ++loss_count_;
   const bool logging = (step + 1) % cfg_.train.log_every == 0 || step + 1 == cfg_.train.max_steps;
   if (logging && cfg_.monitor.layer_grad_norms) layer_grad_norms_ = per_layer_grad_norms();
@@ -231,6 +335,7 @@ void Trainer::train_step(int64_t step) {
     for (const auto& p : optimizer_->params()) before.push_back(p.param.detach().clone());
   }
   optimizer_->step(lr_, found_inf);
+  if (cfg_.train.qk_clip_tau) apply_qk_clip();
   if (logging) {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> now;
@@ -243,16 +348,20 @@ void Trainer::train_step(int64_t step) {
   }
 }
 
+// Mean validation loss over train.eval_batches fixed batches; every rank
+// evaluates its share and the sums are all-reduced.
 double Trainer::evaluate() {
   torch::NoGradGuard no_grad;
-  double total = 0;
-  for (int64_t i = 0; i < cfg_.train.eval_batches; ++i) {
+  auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(compute_.device));
+  for (int64_t i = 0; val_data_ && i < cfg_.train.eval_batches; ++i) {
     Batch b = val_data_->val_batch(i);
     AutocastScope autocast(compute_.bf16_autocast);
     auto logits = model_->forward(b.inputs.to(compute_.device));
-    total += language_model_loss(logits, b.targets.to(compute_.device), 0.0).ce.item<double>();
+    auto ce = language_model_loss(logits, b.targets.to(compute_.device), 0.0).ce;
+    total += ce.to(torch::kFloat64) * static_cast<double>(b.inputs.size(0));
   }
-  return total / static_cast<double>(cfg_.train.eval_batches);
+  dist_->all_reduce_sum(total, "the validation all-reduce");
+  return total.item<double>() / static_cast<double>(val_rows_ * cfg_.train.eval_batches);
 }
 
 void Trainer::log_step(int64_t step, bool eval_now) {
@@ -269,8 +378,9 @@ void Trainer::log_step(int64_t step, bool eval_now) {
   const double tokens_step = static_cast<double>(global_batch_ * seq_len_);
   const double tok_s = interval_steps_ > 0 ? tokens_step * interval_steps_ / dt : 0;
   const double step_ms = interval_steps_ > 0 ? dt * 1e3 / interval_steps_ : 0;
-  const double mfu = compute_.peak_flops > 0 ? size_.flops_per_token * tok_s / compute_.peak_flops : 0;
+  const double mfu = compute_.peak_flops > 0 ? size_.flops_per_token * tok_s / (compute_.peak_flops * dist_->world()) : 0;
   const double loader_ms = interval_steps_ > 0 ? loader_wait_ms_ / interval_steps_ : 0;
+  const double comm_ms = interval_steps_ > 0 ? comm_wait_ms_ / interval_steps_ : 0;
   if (interval_steps_ > 0) {
     tokens_per_s_sum_ += tok_s;
     ++tokens_per_s_n_;
@@ -289,6 +399,11 @@ void Trainer::log_step(int64_t step, bool eval_now) {
                         {"loader_wait_ms", loader_ms},
                         {"mfu", mfu},
                         {"elapsed_s", elapsed}};
+  if (dist_->distributed()) rec["comm_wait_ms"] = comm_ms;  // host time blocked on gradient all-reduces
+  if (qk_clipped_heads_.defined()) {  // head-steps rescaled by QK-clip since the last record
+    rec["qk_clipped_heads"] = qk_clipped_heads_.item<double>();
+    qk_clipped_heads_ = torch::Tensor();
+  }
   if (cfg_.train.z_loss > 0) rec["z_loss"] = z;
   if (std::isfinite(param_norm_)) {  // measured on this step only (see train_step)
     rec["param_norm"] = param_norm_;
@@ -321,13 +436,15 @@ void Trainer::log_step(int64_t step, bool eval_now) {
     val_text = strf(" | val %.4f (ppl %.1f)", last_val_loss_, std::exp(last_val_loss_));
   }
   run_->append_metrics(rec);
-  run_->log->info(strf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %s tok/s | %.1f ms | MFU %.1f%%%s%s | %s < %s",
+  const std::string comm_text = dist_->distributed() ? strf(" (comm wait %.1f)", comm_ms) : "";
+  run_->log->info(strf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %s tok/s | %.1f ms%s | MFU %.1f%%%s%s | %s < %s",
                        static_cast<long long>(step + 1), static_cast<long long>(cfg_.train.max_steps), loss, lr_,
-                       gnorm, si(tok_s).c_str(), step_ms, 100 * mfu, val_text.c_str(), monitor_text.c_str(), hms(elapsed).c_str(),
-                       hms(eta).c_str()));
+                       gnorm, si(tok_s).c_str(), step_ms, comm_text.c_str(), 100 * mfu, val_text.c_str(),
+                       monitor_text.c_str(), hms(elapsed).c_str(), hms(eta).c_str()));
   interval_start_ = Clock::now();
   interval_steps_ = 0;
   loader_wait_ms_ = 0;
+  comm_wait_ms_ = 0;
 }
 
 void Trainer::write_summary(const std::string& stopped_by) {
@@ -343,6 +460,7 @@ void Trainer::write_summary(const std::string& stopped_by) {
                       {"tokens_per_s", tokens_per_s_n_ > 0 ? tokens_per_s_sum_ / tokens_per_s_n_ : 0.0},
                       {"nonfinite_steps", nonfinite_seen_},
                       {"parameters", size_.total},
+                      {"world_size", dist_->world()},
                       {"max_attn_logit_per_layer", max_attn_logit_},
                       {"spike_skipped_steps", spike_skips_},
                       {"final_z_loss", std::isfinite(final_z_) ? nlohmann::json(final_z_) : nlohmann::json()}};
@@ -373,8 +491,8 @@ int Trainer::run() {
     ++interval_steps_;
     steps_done_ = step + 1;
     const bool last = step + 1 == max_steps;
-    const bool stopping = stop_requested() || (opts_.stop_after_step > 0 && step + 1 == opts_.stop_after_step);
-    const bool eval_now = val_data_ && (last || (cfg_.train.eval_every > 0 && (step + 1) % cfg_.train.eval_every == 0));
+    bool signal_stop = stop_requested();
+    const bool eval_now = has_val_ && (last || (cfg_.train.eval_every > 0 && (step + 1) % cfg_.train.eval_every == 0));
     // Non-finite values: checked every step on the CPU (free there), on
     // logging steps on CUDA (a host sync); the update was skipped regardless.
     const bool check_now = compute_.device.is_cpu() || (step + 1) % cfg_.train.log_every == 0 || last;
@@ -399,17 +517,39 @@ int Trainer::run() {
                              static_cast<long long>(step + 1), static_cast<long long>(bad)));
       }
     }
-    const bool monitored = !pending_monitor_.is_null();
     const bool periodic = cfg_.checkpoint.every > 0 && (step + 1) % cfg_.checkpoint.every == 0;
-    const bool log_now = (step + 1) % cfg_.train.log_every == 0 || last || eval_now || stopping || monitored;
-    if (log_now || periodic) record_spikes(stability_->drain());
+    if (step + 1 == max_steps || (step + 1) % cfg_.train.log_every == 0 || eval_now || periodic ||
+        monitor_step(step))
+      record_spikes(stability_->drain());
+    // Stopping is agreed by all ranks (REFERENCE.md §9): a signal seen by any
+    // rank, or a divergence seen by rank 0's attention monitor, stops every
+    // rank after this step. Every step on the CPU; on CUDA (where reading the
+    // vote is a host sync) on logging steps.
+    bool any_diverged = stability_->diverged();
+    if (dist_->distributed()) {
+      if (compute_.device.is_cpu() || check_now) {
+        auto votes = torch::tensor({signal_stop ? 1.0f : 0.0f, any_diverged ? 1.0f : 0.0f}).to(compute_.device);
+        dist_->all_reduce_max(votes, "the stop vote");
+        auto host = votes.cpu();
+        signal_stop = host[0].item<float>() > 0;
+        any_diverged = host[1].item<float>() > 0;
+      } else {
+        signal_stop = any_diverged = false;  // decided at the next logging step
+      }
+    }
+    const bool stopping = signal_stop || (opts_.stop_after_step > 0 && step + 1 == opts_.stop_after_step);
+    if (stopping) record_spikes(stability_->drain());
+    const bool log_now = (step + 1) % cfg_.train.log_every == 0 || last || eval_now || stopping || monitor_step(step);
     bool diverged_stop = false;
-    if (stability_->diverged() && !divergence_reported_) {
+    if (any_diverged && !divergence_reported_) {
       divergence_reported_ = true;
-      const auto sum = stability_->summary();
-      run_->log->warn(strf("diverged at step %lld: %s%s", static_cast<long long>(sum["diverged_step"].get<int64_t>()),
-                           sum["diverged_reason"].get<std::string>().c_str(),
-                           cfg_.monitor.stop_on_divergence ? "; stopping (monitor.stop_on_divergence)" : ""));
+      if (stability_->diverged()) {  // rank 0 always knows why; other ranks only that it happened
+        const auto sum = stability_->summary();
+        run_->log->warn(strf("diverged at step %lld: %s%s",
+                             static_cast<long long>(sum["diverged_step"].get<int64_t>()),
+                             sum["diverged_reason"].get<std::string>().c_str(),
+                             cfg_.monitor.stop_on_divergence ? "; stopping (monitor.stop_on_divergence)" : ""));
+      }
       diverged_stop = cfg_.monitor.stop_on_divergence;
     }
     if (log_now || diverged_stop) log_step(step, eval_now);
@@ -419,11 +559,20 @@ int Trainer::run() {
     }
     if (periodic || stopping || (last && cfg_.checkpoint.at_end)) save_checkpoint(step + 1);
     if (stopping) {
-      stopped_by = stop_requested() ? "signal" : "stop_after_step";
+      stopped_by = signal_stop ? "signal" : "stop_after_step";
       run_->log->warn(strf("stopping after step %lld (%s)", static_cast<long long>(step + 1),
-                           stop_requested() ? strf("signal %d", g_stop_signal.load()).c_str() : "--stop-after-step"));
+                           !signal_stop ? "--stop-after-step"
+                           : stop_requested() ? strf("signal %d", g_stop_signal.load()).c_str()
+                                              : "a signal to another rank"));
       break;
     }
+  }
+  if (dist_->distributed()) {
+    if (!replicas_identical())
+      throw PeerFailure(strf("after step %lld the ranks' parameters differ: the data-parallel replicas diverged",
+                             static_cast<long long>(steps_done_)));
+    run_->log->info(strf("data parallel: parameters identical on all %d ranks after step %lld", dist_->world(),
+                         static_cast<long long>(steps_done_)));
   }
   write_summary(stopped_by);
   return exit_code;

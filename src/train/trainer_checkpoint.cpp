@@ -1,4 +1,5 @@
 // Trainer: checkpoints and resume (REFERENCE.md §9).
+#include <cstring>
 #include <sstream>
 
 #include "checkpoint/checkpoint_error.h"
@@ -10,21 +11,21 @@
 
 namespace keel {
 // --resume auto: the newest valid checkpoint (newer broken ones are reported
-// and skipped), or a fresh start when there is none. --resume PATH: that one.
-void Trainer::resume_from_checkpoint() {
-  std::string dir;
-  if (opts_.resume == "auto") {
-    std::vector<std::string> rejected;
-    auto latest = CheckpointStore(run_->path()).latest_valid(&rejected);
-    for (const auto& why : rejected) run_->log->warn("skipping invalid checkpoint " + why);
-    if (!latest) {
-      run_->log->info("--resume auto: no valid checkpoint in " + run_->path() + "; starting fresh");
-      return;
-    }
-    dir = *latest;
-  } else {
-    dir = opts_.resume;
+// and skipped), or "" for a fresh start when there is none. --resume PATH:
+// that one. Rank 0 decides; setup() hands its choice to every rank.
+std::string Trainer::choose_resume_dir() {
+  if (opts_.resume != "auto") return opts_.resume;
+  std::vector<std::string> rejected;
+  auto latest = CheckpointStore(run_->path()).latest_valid(&rejected);
+  for (const auto& why : rejected) run_->log->warn("skipping invalid checkpoint " + why);
+  if (!latest) {
+    run_->log->info("--resume auto: no valid checkpoint in " + run_->path() + "; starting fresh");
+    return "";
   }
+  return *latest;
+}
+
+void Trainer::resume_from_checkpoint(const std::string& dir) {
   CheckpointStore::verify(dir);  // a corrupted checkpoint is named before anything else
   Config saved = checkpoint_config(dir);
   ConfigDiff diff = diff_for_resume(saved, cfg_);
@@ -35,8 +36,17 @@ void Trainer::resume_from_checkpoint() {
                       "data or optimisation (start a new run instead):" + list);
   }
   for (const auto& d : diff.allowed) run_->log->info("resume: config change allowed: " + d);
-  TrainState state = load_training_checkpoint(dir, model_, optimizer_.get(), nullptr);
+  TrainState state = load_training_checkpoint(dir, model_, optimizer_.get(), nullptr, dist_->rank());
   start_step_ = state.step;
+  // The global batch and the data order depend on the step alone, and model
+  // and optimizer state are the same on every rank, so a different world size
+  // resumes the same run; only ranks the checkpoint has no generator state
+  // for start from seeded generators (keel's training step draws no random
+  // numbers, so nothing it computes changes).
+  const int saved_world = state.extra.value("world_size", 1);
+  if (saved_world != dist_->world())
+    run_->log->warn(strf("resuming a run saved by %d rank(s) on %d: same global batch and data order%s", saved_world,
+                         dist_->world(), dist_->world() > saved_world ? "; new ranks get seeded generators" : ""));
   last_saved_step_ = state.step;
   const auto& extra = state.extra;
   if (extra.contains("best_val_loss") && extra["best_val_loss"].is_number())
@@ -58,6 +68,7 @@ void Trainer::resume_from_checkpoint() {
 // A run that crashed after its last checkpoint logged steps it will now
 // redo; drop them so metrics.jsonl has each step once.
 void Trainer::truncate_metrics_after(int64_t step) {
+  if (!run_->writer()) return;
   const std::string path = run_->file("metrics.jsonl");
   if (!path_exists(path)) return;
   std::string kept, line;
@@ -94,13 +105,54 @@ void Trainer::save_checkpoint(int64_t steps_done) {
                  {"nonfinite_steps", nonfinite_seen_},
                  {"stability", stability_->state()},
                  {"max_attn_logit_per_layer", max_attn_logit_},
-                 {"spike_skips", spike_skips_}};
+                 {"spike_skips", spike_skips_},
+                 {"world_size", dist_->world()}};
+  state.rng = gather_rng_states();
   auto t0 = Clock::now();
-  std::string dir = save_training_checkpoint(run_->path(), cfg_, model_, optimizer_.get(), state, tokenizer_path_);
+  std::string dir;
+  std::vector<std::string> removed;
+  if (rank0()) {  // rank 0 alone writes; the others wait at the barrier below
+    dir = save_training_checkpoint(run_->path(), cfg_, model_, optimizer_.get(), state, tokenizer_path_);
+    removed = CheckpointStore(run_->path()).prune(cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every);
+  }
+  if (dist_->distributed()) {
+    if (!replicas_identical())
+      throw PeerFailure(strf("at step %lld the ranks' parameters differ: the data-parallel replicas diverged",
+                             static_cast<long long>(steps_done)));
+    dist_->barrier("the checkpoint barrier");
+  }
   last_saved_step_ = steps_done;
-  auto removed = CheckpointStore(run_->path()).prune(cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every);
   run_->log->info(strf("checkpoint %s (%.2f s)%s", dir.c_str(), seconds_since(t0),
                        removed.empty() ? "" : strf(", pruned %zu", removed.size()).c_str()));
+}
+
+// Every rank's generator states, collected on rank 0 through the rendezvous
+// store (a few KiB): rank 0's under their plain names, rank r's as "rank<r>.*".
+std::vector<std::pair<std::string, torch::Tensor>> Trainer::gather_rng_states() {
+  auto local = local_rng_state();
+  if (!dist_->distributed()) return local;
+  std::string packed;
+  for (auto& [name, t] : local) {
+    auto bytes = t.contiguous().to(torch::kUInt8);
+    packed += name + '\n' + std::to_string(bytes.numel()) + '\n';
+    packed.append(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
+  }
+  const auto all = dist_->exchange("rng", packed);
+  if (!rank0()) return {};
+  for (int r = 1; r < dist_->world(); ++r) {
+    const std::string& p = all[r];
+    size_t pos = 0;
+    while (pos < p.size()) {
+      const size_t nl1 = p.find('\n', pos), nl2 = p.find('\n', nl1 + 1);
+      const std::string name = p.substr(pos, nl1 - pos);
+      const int64_t n = std::stoll(p.substr(nl1 + 1, nl2 - nl1 - 1));
+      auto t = torch::empty({n}, torch::kUInt8);
+      std::memcpy(t.data_ptr<uint8_t>(), p.data() + nl2 + 1, static_cast<size_t>(n));
+      local.emplace_back("rank" + std::to_string(r) + "." + name, t);
+      pos = nl2 + 1 + static_cast<size_t>(n);
+    }
+  }
+  return local;
 }
 
 }  // namespace keel

@@ -30,6 +30,10 @@ Logger::~Logger() = default;
 void Logger::info(const std::string& m) { impl_->logger->info(m); }
 void Logger::warn(const std::string& m) { impl_->logger->warn(m); }
 void Logger::error(const std::string& m) { impl_->logger->error(m); }
+void Logger::quiet(const std::string& tag) {
+  impl_->logger->set_level(spdlog::level::warn);
+  impl_->logger->set_pattern("%H:%M:%S " + tag + " %^%v%$");
+}
 
 std::string strf(const char* format, ...) {
   va_list args;

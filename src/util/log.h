@@ -16,6 +16,9 @@ class Logger {
   void info(const std::string& message);
   void warn(const std::string& message);
   void error(const std::string& message);
+  // Warnings and errors only, each line tagged (e.g. "[rank 1]"): what a
+  // data-parallel worker other than rank 0 prints.
+  void quiet(const std::string& tag);
 
  private:
   struct Impl;

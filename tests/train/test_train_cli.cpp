@@ -28,23 +28,6 @@ std::string base_config() { return g_dir + "/base.yaml"; }
 
 void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-// ~200 kB of English-like text: sentences drawn from a small grammar.
-std::string make_corpus() {
-  const std::vector<std::string> subj = {"The cat", "A dog", "My friend", "The old man", "Every child", "The river",
-                                         "Our teacher", "The small bird"};
-  const std::vector<std::string> verb = {"sees", "likes", "follows", "finds", "remembers", "draws", "carries"};
-  const std::vector<std::string> obj = {"the red ball", "a quiet house", "the long road", "an apple",
-                                        "the blue sky", "a warm fire", "the morning light"};
-  std::mt19937 rng(7);
-  std::string text;
-  for (int doc = 0; doc < 400; ++doc) {
-    for (int s = 0; s < 8; ++s)
-      text += subj[rng() % subj.size()] + " " + verb[rng() % verb.size()] + " " + obj[rng() % obj.size()] + ". ";
-    text += "\n%\n";
-  }
-  return text;
-}
-
 struct Metric {
   int64_t step;
   double loss;
@@ -82,7 +65,7 @@ class TrainCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     g_dir = keel_test::make_temp_dir("train_cli");
-    write(g_dir + "/corpus.txt", make_corpus());
+    write(g_dir + "/corpus.txt", keel_test::make_sentence_corpus(7, 400));
     write(base_config(),
           "model: {vocab_size: 320, max_seq_len: 32, d_model: 32, n_layers: 2, n_heads: 2, n_kv_heads: 1}\n"
           "data: {dir: " + g_dir + "/data, sources: [" + g_dir + "/corpus.txt], doc_separator: '%', "

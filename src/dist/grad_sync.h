@@ -1,0 +1,71 @@
+// Gradient averaging for data parallelism, as PyTorch's DDP Reducer does it:
+// parameters are grouped into buckets of about dist.bucket_mb in reverse
+// registration order (the order backward produces their gradients); each
+// parameter's .grad is a view into its bucket's flat buffer, so autograd
+// accumulates straight into it; a post-hook on each parameter's gradient
+// accumulator counts the gradients that are final, and a full bucket is
+// all-reduced at once while backward goes on with the layers below it.
+// Buckets are launched strictly in index order so every rank issues the same
+// collectives in the same order (NCCL requires it).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "dist/process_group.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace keel {
+
+class GradSync {
+ public:
+  // overlap=false: no hooks; finish() all-reduces every bucket after backward
+  // (the simple scheme, kept to measure what overlap buys).
+  GradSync(const std::vector<torch::Tensor>& params, Dist& dist, double bucket_mb, bool overlap);
+  ~GradSync();
+
+  // Zeroes the buffers and points each parameter's .grad at its slice.
+  void zero_grad();
+  // The next backward produces final gradients (the step's last micro-batch):
+  // let the hooks launch buckets as they fill.
+  void arm();
+  // After that backward: launches any bucket not yet launched (parameters
+  // that got no gradient), waits for all, and leaves .grad = the mean over
+  // ranks. Returns the milliseconds the host spent waiting.
+  double finish();
+
+  size_t bucket_count() const { return buckets_.size(); }
+  int64_t launched_from_hooks() const { return launched_from_hooks_; }  // in the last step
+
+ private:
+  struct Bucket {
+    torch::Tensor flat;
+    std::vector<size_t> params;
+    std::vector<torch::Tensor> views;
+    int64_t pending = 0;
+    bool launched = false;
+    Dist::Work work;
+  };
+  void on_grad_ready(size_t param_index);
+  void launch_ready_buckets(bool from_hook);
+  void launch(Bucket& b);
+
+  std::vector<torch::Tensor> params_;
+  Dist& dist_;
+  bool overlap_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;  // param index -> bucket index
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: hooks live on them
+  std::mutex mu_;
+  bool armed_ = false;
+  size_t next_launch_ = 0;
+  int64_t launched_from_hooks_ = 0;
+};
+
+}  // namespace keel

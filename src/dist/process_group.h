@@ -1,0 +1,90 @@
+// The data-parallel group: a c10d TCPStore rendezvous (rank 0 hosts it at
+// MASTER_ADDR:MASTER_PORT) and a c10d backend, NCCL for CUDA tensors or Gloo
+// for CPU tensors, as PyTorch's DistributedDataParallel uses them. A job of
+// one process has neither, and every collective is the identity.
+//
+// Every collective either completes or throws PeerFailure within
+// dist.timeout_s: a worker that died or hung ends the others' run instead of
+// hanging it.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/torch.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dist/dist_env.h"
+
+namespace keel {
+
+// A collective with the other ranks failed (a peer died, hung, or left).
+class PeerFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Another rank failed while setting up; this rank exits with the same code.
+class RemoteRankError : public std::runtime_error {
+ public:
+  RemoteRankError(const std::string& what, int exit_code) : std::runtime_error(what), exit_code(exit_code) {}
+  int exit_code;
+};
+
+class Dist {
+ public:
+  // A job of one: no store, no backend.
+  Dist();
+  // Rendezvous and backend ("nccl" or "gloo"). Throws DistError with a
+  // message that names the cause (port in use, master unreachable, ranks
+  // missing) when it cannot connect within timeout_s.
+  Dist(const DistEnv& env, const std::string& backend, double timeout_s);
+  ~Dist();
+  Dist(const Dist&) = delete;
+  Dist& operator=(const Dist&) = delete;
+
+  int rank() const { return env_.rank; }
+  int world() const { return env_.world_size; }
+  bool distributed() const { return env_.distributed(); }
+  const DistEnv& env() const { return env_; }
+  const std::string& backend() const { return backend_; }
+  double timeout_s() const { return timeout_s_; }
+
+  // In-place all-reduces (blocking for the caller's stream). Tensors live on
+  // the backend's device: CUDA for NCCL, any for Gloo.
+  void all_reduce_sum(torch::Tensor& t, const char* what);
+  void all_reduce_max(torch::Tensor& t, const char* what);
+  void all_reduce_min(torch::Tensor& t, const char* what);
+  // Starts a sum all-reduce and returns at once; wait() it later.
+  using Work = c10::intrusive_ptr<c10d::Work>;
+  Work all_reduce_sum_async(torch::Tensor& t);
+  // Waits for `work`; throws PeerFailure naming `what` when it failed.
+  void wait(const Work& work, const char* what);
+  void broadcast(std::vector<torch::Tensor>& tensors, int root, const char* what);
+  void barrier(const char* what);
+
+  // Small host values through the store: every rank's `value`, by rank.
+  // Keys are made unique per call, so ranks must call it in the same order.
+  std::vector<std::string> exchange(const std::string& key, const std::string& value);
+
+  // Collective verdict on setup: every rank reports its error (empty = ok)
+  // and exit code; if any rank failed, all throw (this rank's own error is
+  // rethrown by the caller; others get RemoteRankError).
+  void agree_on_setup(const std::string& error, int exit_code);
+
+ private:
+  DistEnv env_;
+  std::string backend_ = "none";
+  double timeout_s_ = 300;
+  int64_t exchange_seq_ = 0;
+  struct Handles;
+  std::unique_ptr<Handles> h_;
+};
+
+// "nccl" or "gloo" for dist.backend ("auto" picks by device); throws
+// DistError when the build lacks it or it does not fit the device.
+std::string resolve_backend(const std::string& requested, bool cuda_device);
+
+}  // namespace keel

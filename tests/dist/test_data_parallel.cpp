@@ -1,0 +1,350 @@
+// End-to-end data parallelism on the CPU (Gloo): two workers give the same
+// per-step losses as one with the same global batch, resume is exact and
+// works across world sizes, decisions are collective, and every failure
+// (dead or hung worker, bad setup) ends the run with a clear message instead
+// of a hang.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "checkpoint/posix_io.h"
+#include "checkpoint/safetensors.h"
+#include "dist/launcher.h"
+#include "test_util.h"
+
+using keel_test::run_keel;
+
+namespace {
+
+std::string g_dir;
+
+std::string base_config() { return g_dir + "/base.yaml"; }
+
+std::string train_args(const std::string& name, const std::string& extra = "") {
+  return "train " + base_config() + " --set run.name=" + name + " --set run.out_dir=" + g_dir + "/runs " + extra;
+}
+std::string run_path(const std::string& name) { return g_dir + "/runs/" + name; }
+
+struct Step {
+  double loss = NAN, val_loss = NAN;
+};
+std::map<int64_t, Step> read_metrics(const std::string& name) {
+  std::map<int64_t, Step> out;
+  std::ifstream in(run_path(name) + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    Step s;
+    s.loss = j["loss"].get<double>();
+    if (j.contains("val_loss")) s.val_loss = j["val_loss"].get<double>();
+    out[j["step"].get<int64_t>()] = s;
+  }
+  return out;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// Same steps, losses within `tol` (relative): summation order differs
+// between one process and an all-reduce over two.
+void expect_same_losses(const std::string& a, const std::string& b, double tol, int64_t from_step = 1) {
+  auto ma = read_metrics(a), mb = read_metrics(b);
+  int64_t compared = 0;
+  for (const auto& [step, s] : ma) {
+    if (step < from_step) continue;
+    ASSERT_TRUE(mb.count(step)) << b << " has no step " << step;
+    EXPECT_NEAR(mb[step].loss, s.loss, tol * std::abs(s.loss)) << "step " << step << " of " << a << " vs " << b;
+    if (!std::isnan(s.val_loss))
+      EXPECT_NEAR(mb[step].val_loss, s.val_loss, tol * std::abs(s.val_loss)) << "val, step " << step;
+    ++compared;
+  }
+  EXPECT_GT(compared, 3);
+}
+
+// A worker started by hand, as torchrun would start it.
+struct Worker {
+  pid_t pid = -1;
+  std::string log;
+};
+
+Worker spawn_rank(int rank, int world, int port, const std::string& args, const std::string& log_name,
+                  const std::map<std::string, std::string>& env = {}) {
+  Worker w;
+  w.log = g_dir + "/" + log_name + ".log";
+  w.pid = fork();
+  if (w.pid == 0) {
+    setenv("RANK", std::to_string(rank).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+    setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+    setenv("LOCAL_WORLD_SIZE", std::to_string(std::min(world, 2)).c_str(), 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    const std::string cmd = std::string("exec ") + KEEL_BINARY + " " + args + " > " + w.log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return w;
+}
+
+// Exit code (128 + signal when killed), or -1 if still running after `seconds`.
+int wait_for(const Worker& w, double seconds) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(w.pid, &status, WNOHANG) == w.pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return -1;
+}
+
+void kill_and_reap(const Worker& w) {
+  kill(w.pid, SIGKILL);
+  waitpid(w.pid, nullptr, 0);
+}
+
+class DataParallel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    g_dir = keel_test::make_temp_dir("data_parallel");
+    keel_test::write_file(g_dir + "/corpus.txt", keel_test::make_sentence_corpus(11, 300));
+    keel_test::write_file(
+        base_config(),
+        "model: {vocab_size: 320, max_seq_len: 32, d_model: 32, n_layers: 2, n_heads: 2, n_kv_heads: 1}\n"
+        "data: {dir: " + g_dir + "/data, sources: [" + g_dir + "/corpus.txt], doc_separator: '%', "
+        "val_fraction: 0.1}\n"
+        "train: {max_steps: 12, batch_size: 4, lr: 3.0e-3, warmup_steps: 2, log_every: 1, eval_every: 6, "
+        "eval_batches: 2, threads: 1}\n"
+        "checkpoint: {every: 6, keep_last: 5}\n"
+        "monitor: {every: 4, sequences: 2}\n"
+        "dist: {timeout_s: 30}\n");
+    std::string out;
+    ASSERT_EQ(run_keel("prepare " + base_config() + " --quiet", &out), 0) << out;
+    ASSERT_EQ(run_keel(train_args("one"), &out), 0) << out;  // the single-process reference
+  }
+  static void TearDownTestSuite() { keel::remove_tree(g_dir); }
+};
+
+}  // namespace
+
+TEST_F(DataParallel, TwoWorkersGiveTheLossesOfOne) {
+  std::string out;
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("two"), &out), 0) << out;
+  expect_same_losses("one", "two", 1e-4);
+  EXPECT_NE(out.find("parameters identical on all 2 ranks after step 12"), std::string::npos) << out;
+  EXPECT_NE(out.find("broadcast to 2 ranks and checked equal"), std::string::npos) << out;
+  // Rank 0 alone wrote; the summary records the world size.
+  auto summary = read_json(run_path("two") + "/summary.json");
+  EXPECT_EQ(summary["world_size"], 2);
+  EXPECT_EQ(summary["steps"], 12);
+  // Non-zero ranks print warnings only: one settings table, one line per step.
+  size_t tables = 0;
+  for (size_t p = out.find("| data parallel"); p != std::string::npos; p = out.find("| data parallel", p + 1)) ++tables;
+  EXPECT_EQ(tables, 1u) << out;
+}
+
+TEST_F(DataParallel, OneWorkerThroughTheLauncherIsAGroupOfOne) {
+  std::string out;
+  ASSERT_EQ(run_keel("launch --nproc 1 -- " + train_args("launch_one"), &out), 0) << out;
+  EXPECT_NE(out.find("| data parallel            | 1 ranks, gloo"), std::string::npos) << out;
+  expect_same_losses("one", "launch_one", 1e-5);
+}
+
+TEST_F(DataParallel, AccumulationAndManySmallBucketsGiveTheSameLosses) {
+  std::string out;
+  // One sequence per micro-step (2 micro-steps per rank) and buckets of a
+  // few KiB, all-reduced from the hooks as backward fills them.
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " +
+                         train_args("buckets", "--set train.micro_batch_size=1 --set dist.bucket_mb=0.004"),
+                     &out),
+            0)
+      << out;
+  // Validation batches hold micro_batch_size sequences, so the reference
+  // is one process with the same micro-batch (its 1-row validation batch
+  // cannot split over 2 ranks: rank 0 evaluates it alone).
+  ASSERT_EQ(run_keel(train_args("one_micro", "--set train.micro_batch_size=1"), &out), 0) << out;
+  expect_same_losses("one_micro", "buckets", 1e-4);
+  // And all-reduced after backward instead.
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("after", "--set dist.overlap=false"), &out), 0) << out;
+  expect_same_losses("one", "after", 1e-4);
+}
+
+TEST_F(DataParallel, ResumeIsExactAndWorksOnAnotherWorldSize) {
+  std::string out;
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("straight2"), &out), 0) << out;
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("resumed2", "--stop-after-step 6"), &out), 0) << out;
+  // Every rank's generator state is in the checkpoint.
+  const std::string ckpt = run_path("resumed2") + "/checkpoints/step_00000006";
+  auto rng = keel::read_safetensors(ckpt + "/rng.safetensors");
+  std::set<std::string> names;
+  for (const auto& [name, t] : rng) names.insert(name);
+  EXPECT_TRUE(names.count("cpu") && names.count("rank1.cpu")) << out;
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("resumed2", "--resume auto"), &out), 0) << out;
+  auto a = read_metrics("straight2"), b = read_metrics("resumed2");
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), 12u);
+  for (const auto& [step, s] : a) EXPECT_EQ(b[step].loss, s.loss) << "step " << step;  // bit for bit
+
+  // The same checkpoint resumed by one process: same global batches, so the
+  // single-process losses (within summation tolerance).
+  ASSERT_EQ(run_keel(train_args("resumed1", "--resume " + ckpt), &out), 0) << out;
+  EXPECT_NE(out.find("saved by 2 rank(s) on 1"), std::string::npos) << out;
+  expect_same_losses("one", "resumed1", 1e-4, 7);
+}
+
+TEST_F(DataParallel, KilledWorkerEndsTheOtherWithinTheTimeout) {
+  const int port = keel::find_free_port();
+  const std::string args = train_args("killed", "--set train.max_steps=200 --set checkpoint.every=0");
+  auto r0 = spawn_rank(0, 2, port, args, "killed0");
+  auto r1 = spawn_rank(1, 2, port, args, "killed1", {{"KEEL_FAULT_INJECT", "kill_rank_at_step:1:3"}});
+  EXPECT_EQ(wait_for(r1, 60), 128 + SIGKILL);
+  const int code = wait_for(r0, 40);  // dist.timeout_s is 30
+  if (code < 0) kill_and_reap(r0);
+  EXPECT_NE(code, 0);
+  EXPECT_GT(code, 0) << "rank 0 still running 40 s after rank 1 died";
+  const std::string log = keel_test::read_file(r0.log);
+  EXPECT_NE(log.find("Another worker probably died or hung"), std::string::npos) << log;
+}
+
+TEST_F(DataParallel, HungWorkerEndsTheOtherAfterTheTimeout) {
+  const int port = keel::find_free_port();
+  const std::string args =
+      train_args("hung", "--set train.max_steps=200 --set checkpoint.every=0 --set dist.timeout_s=4");
+  auto r0 = spawn_rank(0, 2, port, args, "hung0");
+  auto r1 = spawn_rank(1, 2, port, args, "hung1", {{"KEEL_FAULT_INJECT", "hang_rank_at_step:1:3"}});
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = wait_for(r0, 60);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  kill_and_reap(r1);
+  if (code < 0) kill_and_reap(r0);
+  EXPECT_GT(code, 0) << "rank 0 did not give up on a hung rank 1";
+  EXPECT_LT(waited, 45.0);
+  const std::string log = keel_test::read_file(r0.log);
+  EXPECT_NE(log.find("dist.timeout_s = 4 s"), std::string::npos) << log;
+}
+
+TEST_F(DataParallel, SignalToOneRankStopsBothAtTheSameStep) {
+  const int port = keel::find_free_port();
+  const std::string args = train_args("signal", "--set train.max_steps=100000 --set checkpoint.every=0 "
+                                                "--set train.warmup_steps=2");
+  auto r0 = spawn_rank(0, 2, port, args, "signal0");
+  auto r1 = spawn_rank(1, 2, port, args, "signal1");
+  // Wait for a few steps, then SIGTERM rank 1 alone.
+  for (int i = 0; i < 600 && read_metrics("signal").size() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(read_metrics("signal").size(), 3u) << keel_test::read_file(r0.log);
+  kill(r1.pid, SIGTERM);
+  const int c1 = wait_for(r1, 60), c0 = wait_for(r0, 60);
+  if (c0 < 0) kill_and_reap(r0);
+  if (c1 < 0) kill_and_reap(r1);
+  EXPECT_EQ(c0, 0) << keel_test::read_file(r0.log);
+  EXPECT_EQ(c1, 0) << keel_test::read_file(r1.log);
+  auto summary = read_json(run_path("signal") + "/summary.json");
+  EXPECT_EQ(summary["stopped_by"], "signal");
+  const int64_t steps = summary["steps"].get<int64_t>();
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(steps));
+  EXPECT_TRUE(keel::path_exists(run_path("signal") + "/checkpoints/" + name)) << "no checkpoint at step " << steps;
+  EXPECT_NE(keel_test::read_file(r0.log).find("a signal to another rank"), std::string::npos);
+}
+
+TEST_F(DataParallel, LauncherExitCodes) {
+  std::string out;
+  // A worker that fails on bad input: the launcher exits with its code (2).
+  EXPECT_EQ(run_keel("launch --nproc 2 -- " + train_args("bad", "--set train.lr=-1"), &out), 2) << out;
+  EXPECT_NE(out.find("train.lr"), std::string::npos) << out;
+  // A worker killed by a signal: 128 + 9, and the other one is stopped.
+  setenv("KEEL_FAULT_INJECT", "kill_rank_at_step:1:2", 1);
+  const int code = run_keel("launch --nproc 2 --grace 5 -- " +
+                                train_args("launch_killed2", "--set train.max_steps=200 --set checkpoint.every=0"),
+                            &out);
+  unsetenv("KEEL_FAULT_INJECT");
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("killed by signal 9"), std::string::npos) << out;
+  // Nothing to run.
+  EXPECT_NE(run_keel("launch --nproc 2", &out), 0);
+}
+
+TEST_F(DataParallel, SetupErrorsAreClearAndExitWithTwo) {
+  std::string out;
+  // The global batch must split over the ranks.
+  EXPECT_EQ(run_keel("launch --nproc 3 -- " + train_args("three"), &out), 2) << out;
+  EXPECT_NE(out.find("does not split evenly over 3 ranks"), std::string::npos) << out;
+
+  // Different configs on different ranks are refused, naming the key.
+  {
+    const int port = keel::find_free_port();
+    auto r0 = spawn_rank(0, 2, port, train_args("mismatch"), "mismatch0");
+    auto r1 = spawn_rank(1, 2, port, train_args("mismatch", "--set train.lr=1e-3"), "mismatch1");
+    EXPECT_EQ(wait_for(r0, 60), 2);
+    EXPECT_EQ(wait_for(r1, 60), 2);
+    const std::string log = keel_test::read_file(r0.log);
+    EXPECT_NE(log.find("rank 1's resolved config"), std::string::npos) << log;
+    EXPECT_NE(log.find("train.lr"), std::string::npos) << log;
+  }
+  // Ranks started with different world sizes.
+  {
+    const int port = keel::find_free_port();
+    auto r0 = spawn_rank(0, 2, port, train_args("worlds"), "worlds0");
+    auto r1 = spawn_rank(1, 3, port, train_args("worlds"), "worlds1");
+    const int c0 = wait_for(r0, 60), c1 = wait_for(r1, 60);
+    if (c0 < 0) kill_and_reap(r0);
+    if (c1 < 0) kill_and_reap(r1);
+    EXPECT_EQ(c1, 2) << keel_test::read_file(r1.log);
+    EXPECT_NE(keel_test::read_file(r1.log).find("WORLD_SIZE"), std::string::npos) << keel_test::read_file(r1.log);
+  }
+  // The rendezvous port is taken.
+  {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ASSERT_EQ(listen(fd, 1), 0);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    const int port = ntohs(addr.sin_port);
+    EXPECT_EQ(run_keel("launch --nproc 2 --master-port " + std::to_string(port) + " -- " +
+                           train_args("port", "--set dist.timeout_s=5"),
+                       &out),
+              2)
+        << out;
+    EXPECT_NE(out.find("already in use"), std::string::npos) << out;
+    close(fd);
+  }
+  // A rank that never comes.
+  {
+    auto r0 = spawn_rank(0, 2, keel::find_free_port(), train_args("lonely", "--set dist.timeout_s=2"), "lonely0");
+    const int code = wait_for(r0, 60);
+    if (code < 0) kill_and_reap(r0);
+    EXPECT_EQ(code, 2);
+    EXPECT_NE(keel_test::read_file(r0.log).find("rank(s) 1 did not join"), std::string::npos)
+        << keel_test::read_file(r0.log);
+  }
+  // Nobody at the master address.
+  {
+    auto r1 = spawn_rank(1, 2, keel::find_free_port(), train_args("alone", "--set dist.timeout_s=2"), "alone1");
+    const int code = wait_for(r1, 60);
+    if (code < 0) kill_and_reap(r1);
+    EXPECT_EQ(code, 2);
+    EXPECT_NE(keel_test::read_file(r1.log).find("could not reach rank 0's rendezvous"), std::string::npos)
+        << keel_test::read_file(r1.log);
+  }
+}

@@ -1,0 +1,117 @@
+// GradSync on two Gloo ranks in one process (one thread each): gradients
+// become the mean over ranks, every bucket is launched from the backward
+// hooks while backward runs (overlap), in the same order on both ranks, and
+// accumulation over micro-batches syncs only the final gradient.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <thread>
+
+#include "dist/grad_sync.h"
+#include "dist/launcher.h"
+#include "dist/process_group.h"
+
+using keel::Dist;
+using keel::DistEnv;
+using keel::GradSync;
+
+namespace {
+
+struct RankResult {
+  std::vector<torch::Tensor> grads;
+  size_t buckets = 0;
+  int64_t from_hooks = 0;
+};
+
+// Deterministic weights without the global generator (the two ranks are
+// threads of one process and would race on it).
+void set_weights(torch::nn::Linear& l1, torch::nn::Linear& l2) {
+  torch::NoGradGuard no_grad;
+  double v = 0.05;
+  for (auto* l : {&l1, &l2})
+    for (auto& p : (*l)->parameters()) {
+      p.copy_(torch::sin(torch::arange(p.numel(), torch::kFloat32) * v).view(p.sizes()));
+      v += 0.07;
+    }
+}
+
+// A small MLP whose input depends on the rank, so each rank's gradient differs.
+RankResult run_rank(int rank, int port, double bucket_mb, bool overlap, int micro_steps) {
+  DistEnv env;
+  env.rank = rank;
+  env.world_size = 2;
+  env.local_rank = rank;
+  env.local_world_size = 2;
+  env.master_port = port;
+  env.source = "test";
+  Dist dist(env, "gloo", 30);
+  auto l1 = torch::nn::Linear(8, 16), l2 = torch::nn::Linear(16, 4);
+  set_weights(l1, l2);  // the same on both ranks
+  std::vector<torch::Tensor> params;
+  for (auto& p : l1->parameters()) params.push_back(p);
+  for (auto& p : l2->parameters()) params.push_back(p);
+  GradSync sync(params, dist, bucket_mb, overlap);
+  sync.zero_grad();
+  for (int m = 0; m < micro_steps; ++m) {
+    if (m == micro_steps - 1) sync.arm();
+    auto x = torch::full({3, 8}, 0.1 * (rank + 1) * (m + 1));
+    l2->forward(torch::tanh(l1->forward(x))).pow(2).sum().backward();
+  }
+  sync.finish();
+  RankResult r;
+  for (auto& p : params) r.grads.push_back(p.grad().clone());
+  r.buckets = sync.bucket_count();
+  r.from_hooks = sync.launched_from_hooks();
+  return r;
+}
+
+// The same gradients computed by one process: mean over ranks of the sum
+// over micro-steps.
+std::vector<torch::Tensor> reference(int micro_steps) {
+  std::vector<torch::Tensor> sum;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto l1 = torch::nn::Linear(8, 16), l2 = torch::nn::Linear(16, 4);
+    set_weights(l1, l2);
+    for (int m = 0; m < micro_steps; ++m) {
+      auto x = torch::full({3, 8}, 0.1 * (rank + 1) * (m + 1));
+      l2->forward(torch::tanh(l1->forward(x))).pow(2).sum().backward();
+    }
+    std::vector<torch::Tensor> g;
+    for (auto& p : l1->parameters()) g.push_back(p.grad());
+    for (auto& p : l2->parameters()) g.push_back(p.grad());
+    if (sum.empty()) sum = g;
+    else for (size_t i = 0; i < g.size(); ++i) sum[i] = sum[i] + g[i];
+  }
+  for (auto& t : sum) t = t / 2.0;
+  return sum;
+}
+
+void check(double bucket_mb, bool overlap, int micro_steps, size_t expect_buckets) {
+  const int port = keel::find_free_port();
+  RankResult r0, r1;
+  std::thread t1([&] { r1 = run_rank(1, port, bucket_mb, overlap, micro_steps); });
+  r0 = run_rank(0, port, bucket_mb, overlap, micro_steps);
+  t1.join();
+  auto ref = reference(micro_steps);
+  ASSERT_EQ(r0.grads.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(r0.grads[i], ref[i], 1e-5, 1e-6)) << "param " << i;
+    EXPECT_TRUE(torch::equal(r0.grads[i], r1.grads[i])) << "ranks disagree on param " << i;
+  }
+  EXPECT_EQ(r0.buckets, expect_buckets);
+  // With overlap every bucket is launched by a hook during backward.
+  EXPECT_EQ(r0.from_hooks, overlap ? static_cast<int64_t>(expect_buckets) : 0);
+}
+
+}  // namespace
+
+TEST(GradSync, OneBucketIsTheMean) { check(25.0, true, 1, 1); }
+
+TEST(GradSync, TinyBucketsLaunchFromHooks) {
+  // A cap below one float puts every tensor in its own bucket.
+  check(1e-7, true, 1, 4);
+}
+
+TEST(GradSync, AccumulationSyncsOnlyTheFinalGradient) { check(1e-7, true, 3, 4); }
+
+TEST(GradSync, WithoutOverlapAllReducesAfterBackward) { check(1e-7, false, 2, 4); }
