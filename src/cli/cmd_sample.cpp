@@ -1,9 +1,7 @@
 // `keel sample RUN_DIR_OR_CHECKPOINT --prompt "..."`: text from a trained model.
 #include <iostream>
 
-#include "checkpoint/checkpoint_error.h"
-#include "checkpoint/checkpoint_store.h"
-#include "checkpoint/posix_io.h"
+#include "checkpoint/checkpoint_resolve.h"
 #include "cli/commands.h"
 #include "data/tokenizer.h"
 #include "model/generate.h"
@@ -14,15 +12,10 @@ namespace keel {
 
 // A run directory resolves to its newest valid checkpoint.
 static std::string resolve_checkpoint(const std::string& path) {
-  if (path_exists(path + "/manifest.json")) return path;
-  if (is_directory(path + "/checkpoints")) {
-    std::vector<std::string> rejected;
-    auto latest = CheckpointStore(path).latest_valid(&rejected);
-    for (const auto& r : rejected) std::cerr << "keel: skipping invalid checkpoint " << r << "\n";
-    if (latest) return *latest;
-    throw CheckpointError(path + ": run directory has no valid checkpoint");
-  }
-  throw CheckpointError(path + ": neither a checkpoint (no manifest.json) nor a run directory (no checkpoints/)");
+  std::vector<std::string> rejected;
+  std::string dir = resolve_checkpoint_dir(path, &rejected);
+  for (const auto& r : rejected) std::cerr << "keel: skipping invalid checkpoint " << r << "\n";
+  return dir;
 }
 
 int cmd_sample(const std::string& path, const std::string& prompt, const SampleOptions& options) {

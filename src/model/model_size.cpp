@@ -25,7 +25,8 @@ ModelSize model_size(const ModelConfig& c, int64_t T) {
   const int64_t C = c.d_model, D = c.head_dim(), H = c.n_heads, K = c.n_kv_heads, F = c.ffn_dim();
   const int64_t V = c.padded_vocab(), L = c.n_layers;
   const int64_t attn = C * H * D + 2 * C * K * D + H * D * C + (c.bias ? H * D + 2 * K * D + C : 0);
-  const int64_t mlp = (c.mlp == "swiglu" ? 3 : 2) * C * F + (c.bias ? (c.mlp == "swiglu" ? 2 : 1) * F + C : 0);
+  const bool gated = c.mlp != "gelu";  // swiglu, geglu_tanh: gate, up and down matrices
+  const int64_t mlp = (gated ? 3 : 2) * C * F + (c.bias ? (gated ? 2 : 1) * F + C : 0);
   const int64_t norms = norm_params(c) * (c.norm_placement == "sandwich" ? 4 : 2);
   const int64_t per_layer = attn + mlp + norms + qk_norm_params(c);
 
@@ -36,7 +37,7 @@ ModelSize model_size(const ModelConfig& c, int64_t T) {
   // The embedding norm is always a LayerNorm (bias with model.bias), whatever model.norm is.
   const int64_t embed_norm = c.embed_norm == "layernorm" ? c.d_model * (c.bias ? 2 : 1) : 0;
   s.total = s.embedding + s.head + L * per_layer + final_norm + embed_norm;
-  const int64_t matmul_per_layer = C * H * D + 2 * C * K * D + H * D * C + (c.mlp == "swiglu" ? 3 : 2) * C * F;
+  const int64_t matmul_per_layer = C * H * D + 2 * C * K * D + H * D * C + (gated ? 3 : 2) * C * F;
   s.matmul = L * matmul_per_layer + V * C;
   s.flops_per_token = 6.0 * static_cast<double>(s.matmul) +
                       12.0 * static_cast<double>(L) * static_cast<double>(H) * static_cast<double>(D) *

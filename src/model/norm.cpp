@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "model/fused_ops.h"
+
 namespace keel {
 
 NormKind parse_norm_kind(const std::string& name) {
@@ -13,8 +15,8 @@ NormKind parse_norm_kind(const std::string& name) {
 }
 
 NormImpl::NormImpl(NormKind kind_, int64_t dim_, bool gain, bool with_bias, double eps_,
-                   std::vector<int64_t> param_shape)
-    : kind(kind_), dim(dim_), eps(eps_) {
+                   std::vector<int64_t> param_shape, bool unit_offset_)
+    : kind(kind_), dim(dim_), eps(eps_), unit_offset(unit_offset_) {
   if (param_shape.empty()) param_shape = {dim};
   // Values are set by init_weights(); construction only allocates.
   if (gain && kind != NormKind::none) weight = register_parameter("weight", torch::empty(param_shape));
@@ -27,6 +29,9 @@ torch::Tensor rms_normalize(const torch::Tensor& x, double eps) {
 }
 
 torch::Tensor NormImpl::forward(const torch::Tensor& x) {
+  // Gemma's form stores w and multiplies by (1 + w): the same function as a
+  // plain gain of 1 + w, but weight decay and init act on w (init 0).
+  const torch::Tensor weight = unit_offset && this->weight.defined() ? this->weight + 1.0 : this->weight;
   // A gain of shape [dim] can go into the fused kernels; a per-head gain
   // ([heads, dim]) is applied afterwards by broadcasting.
   const bool fused_affine = weight.defined() && weight.dim() == 1;
@@ -35,6 +40,9 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
     case NormKind::none:
       return x;
     case NormKind::rms:
+      // On the CPU at::rms_norm is a composite of several passes: use the fused
+      // kernel (src/model/fused_ops.h), which also takes per-head gains.
+      if (auto fused = fused_cpu_row_norm(x, weight, dim, eps, /*l2=*/false); fused.defined()) return fused;
       y = at::rms_norm(x, {dim}, fused_affine ? c10::optional<at::Tensor>(weight) : c10::nullopt, eps);
       break;
     case NormKind::layernorm: {
@@ -48,6 +56,7 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
       break;
     }
     case NormKind::l2:
+      if (auto fused = fused_cpu_row_norm(x, weight, dim, eps, /*l2=*/true); fused.defined()) return fused;
       // x / max(||x||, eps): unit vectors, so a dot product is a cosine.
       y = x / x.norm(2, -1, true).clamp_min(eps);
       if (fused_affine) y = y * weight;

@@ -30,6 +30,8 @@ std::vector<SizeCase> size_cases() {
       {"gelu_bias_layernorm_tied", [](C& c) { c.mlp = "gelu"; c.bias = true; c.norm = "layernorm"; c.tie_embeddings = true; }},
       {"swiglu_default_dff", [](C& c) { c.d_ff = 0; }},
       {"gelu_default_dff", [](C& c) { c.d_ff = 0; c.mlp = "gelu"; }},
+      {"geglu_tanh_default_dff_bias", [](C& c) { c.d_ff = 0; c.mlp = "geglu_tanh"; c.bias = true; }},
+      {"norm_unit_offset_qk", [](C& c) { c.norm_unit_offset = true; c.qk_norm.type = "rms"; }},
       {"mqa_3_layers", [](C& c) { c.n_kv_heads = 1; c.n_layers = 3; }},
       {"mha_1_layer", [](C& c) { c.n_kv_heads = 4; c.n_layers = 1; }},
       {"no_padding", [](C& c) { c.pad_vocab_multiple = 1; }},

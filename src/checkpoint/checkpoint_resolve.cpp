@@ -1,0 +1,19 @@
+#include "checkpoint/checkpoint_resolve.h"
+
+#include "checkpoint/checkpoint_error.h"
+#include "checkpoint/checkpoint_store.h"
+#include "checkpoint/posix_io.h"
+
+namespace keel {
+
+std::string resolve_checkpoint_dir(const std::string& path, std::vector<std::string>* skipped) {
+  if (path_exists(path + "/manifest.json")) return path;
+  if (is_directory(path + "/checkpoints")) {
+    auto latest = CheckpointStore(path).latest_valid(skipped);
+    if (latest) return *latest;
+    throw CheckpointError(path + ": run directory has no valid checkpoint");
+  }
+  throw CheckpointError(path + ": neither a checkpoint (no manifest.json) nor a run directory (no checkpoints/)");
+}
+
+}  // namespace keel
