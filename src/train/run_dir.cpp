@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <sstream>
 
 #include "checkpoint/posix_io.h"
+#include "monitor/tensorboard_writer.h"
 
 namespace keel {
 
@@ -34,7 +36,7 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 }
 
 RunDir::RunDir(const Config& config, bool resuming, bool writer)
-    : path_(config.run.out_dir + "/" + config.run.name), writer_(writer) {
+    : path_(config.run.out_dir + "/" + config.run.name), writer_(writer), tensorboard_(config.run.tensorboard) {
   // POSIX calls rather than std::filesystem: libtorch.so exports its own
   // std::filesystem symbols, which our calls would bind to (posix_io.h).
   if (writer_) {
@@ -62,6 +64,8 @@ RunDir::RunDir(const Config& config, bool resuming, bool writer)
   log = std::make_unique<Logger>(writer_ ? file("train.log") : "");
 }
 
+RunDir::~RunDir() = default;
+
 void RunDir::write_config(const Config& config) {
   if (writer_) write_file_atomic(file("config.yaml"), config_to_yaml(config));
 }
@@ -70,6 +74,21 @@ void RunDir::append_metrics(const nlohmann::json& record) {
   if (!writer_) return;
   metrics_ << record.dump() << "\n";
   metrics_.flush();
+  tensorboard_append(record);
+}
+
+// TensorBoard is a view of metrics.jsonl: a failure to write it is reported
+// once and turns it off rather than ending the run.
+void RunDir::tensorboard_append(const nlohmann::json& record) {
+  if (!tensorboard_ || !record.contains("step") || !record["step"].is_number_integer()) return;
+  try {
+    if (!tensorboard_writer_) tensorboard_writer_ = std::make_unique<TensorBoardWriter>(path_);
+    tensorboard_writer_->add_scalars(record["step"].get<int64_t>(), metrics_to_scalars(record));
+  } catch (const std::exception& e) {
+    tensorboard_ = false;
+    tensorboard_writer_.reset();
+    if (log) log->warn(std::string("TensorBoard events off for this run: ") + e.what());
+  }
 }
 
 void RunDir::reopen_metrics(const std::string& content) {
@@ -78,6 +97,18 @@ void RunDir::reopen_metrics(const std::string& content) {
   write_file_atomic(file("metrics.jsonl"), content);
   metrics_.open(file("metrics.jsonl"), std::ios::app);
   if (!metrics_) throw RunDirError("cannot reopen " + file("metrics.jsonl"));
+  if (!tensorboard_) return;
+  // A resumed run redoes the steps after its checkpoint; TensorBoard would
+  // show both copies, so the event files are replaced by one rebuilt from
+  // the kept records (their wall times become now).
+  tensorboard_writer_.reset();
+  for (const auto& name : list_directory(path_))
+    if (is_tensorboard_event_file(name)) remove_file(path_ + "/" + name);
+  std::istringstream in(content);
+  for (std::string line; std::getline(in, line);) {
+    auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!rec.is_discarded()) tensorboard_append(rec);
+  }
 }
 
 void RunDir::append_event(const std::string& file_name, const nlohmann::json& record) {

@@ -19,20 +19,27 @@ class RunDirError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+class TensorBoardWriter;
+
 class RunDir {
  public:
   // Creates (or, when resuming, reopens) out_dir/name. Refuses an existing
   // run directory unless resuming or run.overwrite is set. writer=false on
   // ranks other than 0: nothing is written, everything is a no-op.
   RunDir(const Config& config, bool resuming, bool writer);
+  ~RunDir();
 
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
   bool writer() const { return writer_; }
 
   void write_config(const Config& config);
-  void append_metrics(const nlohmann::json& record);  // one line of metrics.jsonl, flushed
-  void reopen_metrics(const std::string& content);     // replace metrics.jsonl (resume), keep appending
+  // One line of metrics.jsonl, flushed; with run.tensorboard also one event
+  // of scalars in the TensorBoard file (monitor/tensorboard_writer.h).
+  void append_metrics(const nlohmann::json& record);
+  // Replace metrics.jsonl (resume), keep appending. The TensorBoard files are
+  // rewritten from `content` too, so they never hold the dropped steps.
+  void reopen_metrics(const std::string& content);
   void append_event(const std::string& file_name, const nlohmann::json& record);
   void write_json_atomic(const std::string& name, const nlohmann::json& value);
 
@@ -42,6 +49,9 @@ class RunDir {
   std::string path_;
   bool writer_;
   std::ofstream metrics_;
+  bool tensorboard_ = false;
+  std::unique_ptr<TensorBoardWriter> tensorboard_writer_;  // opened at the first record
+  void tensorboard_append(const nlohmann::json& record);
 };
 
 // Writes `text` to path via a temporary file, fsync and rename.

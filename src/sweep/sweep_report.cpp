@@ -1,0 +1,347 @@
+#include "sweep/sweep_report.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "checkpoint/posix_io.h"
+#include "sweep/sweep_manifest.h"
+#include "train/run_dir.h"
+#include "util/log.h"
+
+extern char** environ;
+
+namespace keel {
+
+namespace {
+
+double num(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
+}
+
+std::string fmt(double v, const char* format = "%.4f") { return std::isfinite(v) ? strf(format, v) : ""; }
+std::string md(double v, const char* format = "%.4f") { return std::isfinite(v) ? strf(format, v) : "-"; }
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string lr_text(double lr) { return std::isfinite(lr) ? strf("%g", lr) : "-"; }
+
+std::vector<std::string> plot_candidates(const std::string& relative) {
+  std::vector<std::string> out;
+  if (const char* src = std::getenv("KEEL_SOURCE_DIR")) out.push_back(std::string(src) + "/" + relative);
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n > 0) out.push_back(dir_name(dir_name(std::string(buf, static_cast<size_t>(n)))) + "/" + relative);  // build/keel -> repo
+  out.push_back(relative);  // from the current directory (the repository root)
+  return out;
+}
+
+std::string first_existing(const std::vector<std::string>& candidates) {
+  for (const auto& c : candidates)
+    if (access(c.c_str(), R_OK) == 0) return c;
+  return "";
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// Runs python SCRIPT ARGS...; returns the exit code.
+int run_python(const std::string& python, const std::vector<std::string>& args) {
+  std::vector<std::string> all = {python};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawn(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return 127;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann::json& manifest) {
+  std::vector<PointRow> rows;
+  for (const auto& p : manifest.at("points")) {
+    if (!p.value("active", true)) continue;
+    PointRow r;
+    r.name = p.at("name").get<std::string>();
+    r.lr = p.value("lr", NAN);
+    r.seed = p.value("seed", int64_t{0});
+    r.max_steps = p.value("max_steps", int64_t{0});
+    const FlatConfig config = manifest_point_config(manifest, r.name);
+    if (config.count("model.vocab_size")) r.vocab_size = std::stoll(config.at("model.vocab_size"));
+    for (const auto& axis : manifest.at("axes")) {
+      const std::string key = axis.at("key");
+      if (key == "train.lr" || key == "run.seed") continue;
+      const auto& labels = p.at("labels");
+      const std::string short_name = axis.value("short", std::string());
+      if (labels.contains(key))
+        r.variant += (r.variant.empty() ? "" : "_") + (short_name.empty() ? "" : short_name + "=") +
+                     labels[key].get<std::string>();
+    }
+    if (r.variant.empty()) r.variant = "all";
+    const std::string summary_path = sweep_dir + "/" + r.name + "/summary.json";
+    r.status = "not run";
+    if (path_exists(summary_path)) {
+      auto s = nlohmann::json::parse(read_small_file(summary_path), nullptr, false);
+      if (!s.is_discarded()) {
+        const std::string by = s.value("stopped_by", "");
+        r.status = (by == "completed" || by == "diverged" || by == "nonfinite") ? by : "interrupted";
+        r.steps = s.value("steps", int64_t{0});
+        r.final_loss = num(s, "final_loss");
+        r.final_val_loss = num(s, "final_val_loss");
+        r.best_val_loss = num(s, "best_val_loss");
+        r.initial_loss = num(s, "initial_loss");
+        r.diverged = s.value("diverged", false) || by == "nonfinite";
+        if (s.contains("diverged_step") && s["diverged_step"].is_number()) r.diverged_step = s["diverged_step"].get<int64_t>();
+        if (s.contains("diverged_reason") && s["diverged_reason"].is_string()) r.diverged_reason = s["diverged_reason"];
+        if (by == "nonfinite" && r.diverged_reason.empty()) {
+          r.diverged_reason = "non-finite loss or gradient (train.nonfinite: halt)";
+          r.diverged_step = r.steps;
+        }
+        if (s.contains("spike_score_percent")) {
+          r.spike_score_loss = num(s["spike_score_percent"], "loss");
+          r.spike_score_grad = num(s["spike_score_percent"], "grad_norm");
+        }
+        if (s.contains("spikes")) {
+          r.loss_spikes = s["spikes"].value("loss", int64_t{0});
+          r.grad_spikes = s["spikes"].value("grad_norm", int64_t{0});
+        }
+        if (s.contains("max_attn_logit_per_layer") && s["max_attn_logit_per_layer"].is_array() &&
+            !s["max_attn_logit_per_layer"].empty())
+          r.max_attn_logit_l0 = s["max_attn_logit_per_layer"][0].get<double>();
+        r.tokens_per_s = num(s, "tokens_per_s");
+        r.time_s = num(s, "time_s");
+      }
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+std::vector<VariantRow> summarize_variants(const std::vector<PointRow>& rows) {
+  std::vector<VariantRow> out;
+  std::map<std::string, size_t> index;
+  std::map<std::string, std::vector<LrResult>> results;
+  for (const auto& r : rows) {
+    if (!index.count(r.variant)) {
+      index[r.variant] = out.size();
+      out.push_back({r.variant, 0, 0, NAN, {}});
+    }
+    auto& v = out[index[r.variant]];
+    ++v.points;
+    if (!r.finished()) continue;
+    ++v.finished;
+    // l0 = ln(vocab): the loss of the uniform prediction a freshly initialised
+    // model makes, the same for every variant (the first logged loss is an
+    // average over the first steps, and at a high LR it has already moved).
+    // Only without a vocabulary size does the first logged loss stand in.
+    const double l0 = r.vocab_size > 1 ? std::log(static_cast<double>(r.vocab_size)) : r.initial_loss;
+    if (std::isfinite(l0)) v.init_loss = std::isfinite(v.init_loss) ? std::max(v.init_loss, l0) : l0;
+    results[r.variant].push_back({r.lr, r.result_loss(), r.diverged});
+  }
+  for (auto& v : out) v.lr = lr_sensitivity(results[v.variant], v.init_loss);
+  return out;
+}
+
+std::string summary_csv(const std::vector<PointRow>& rows) {
+  std::string out =
+      "point,variant,lr,seed,status,steps,max_steps,final_loss,final_val_loss,best_val_loss,initial_loss,diverged,"
+      "diverged_step,diverged_reason,spike_score_loss,spike_score_grad_norm,loss_spikes,grad_norm_spikes,"
+      "max_attn_logit_l0,tokens_per_s,time_s\n";
+  for (const auto& r : rows) {
+    out += csv_field(r.name) + "," + csv_field(r.variant) + "," + strf("%g", r.lr) + "," + std::to_string(r.seed) + "," +
+           r.status + "," + std::to_string(r.steps) + "," + std::to_string(r.max_steps) + "," + fmt(r.final_loss, "%.6g") +
+           "," + fmt(r.final_val_loss, "%.6g") + "," + fmt(r.best_val_loss, "%.6g") + "," + fmt(r.initial_loss, "%.6g") +
+           "," + (r.diverged ? "true" : "false") + "," + (r.diverged_step >= 0 ? std::to_string(r.diverged_step) : "") +
+           "," + csv_field(r.diverged_reason) + "," + fmt(r.spike_score_loss, "%.6g") + "," +
+           fmt(r.spike_score_grad, "%.6g") + "," + std::to_string(r.loss_spikes) + "," + std::to_string(r.grad_spikes) +
+           "," + fmt(r.max_attn_logit_l0, "%.6g") + "," + fmt(r.tokens_per_s, "%.1f") + "," + fmt(r.time_s, "%.1f") + "\n";
+  }
+  return out;
+}
+
+std::string variants_csv(const std::vector<VariantRow>& variants) {
+  std::string out = "variant,points,finished,diverged,init_loss,best_loss,best_lr,lr_sensitivity,max_stable_lr\n";
+  for (const auto& v : variants)
+    out += csv_field(v.variant) + "," + std::to_string(v.points) + "," + std::to_string(v.finished) + "," +
+           std::to_string(v.lr.diverged) + "," + fmt(v.init_loss, "%.6g") + "," + fmt(v.lr.best_loss, "%.6g") + "," +
+           fmt(v.lr.best_lr, "%g") + "," + fmt(v.lr.sensitivity, "%.6g") + "," + fmt(v.lr.max_stable_lr, "%g") + "\n";
+  return out;
+}
+
+namespace {
+
+std::string report_markdown(const nlohmann::json& manifest, const std::string& sweep_dir,
+                            const std::vector<PointRow>& rows, const std::vector<VariantRow>& variants,
+                            const std::vector<std::string>& plots, const std::string& plot_note,
+                            const std::string& notes) {
+  std::string m = "# Sweep `" + manifest.value("name", std::string("?")) + "`\n\n";
+  if (!notes.empty()) m += notes + (notes.back() == '\n' ? "\n" : "\n\n");
+  std::string axes;
+  for (const auto& a : manifest["axes"]) {
+    std::vector<std::string> labels;
+    for (const auto& v : a["values"]) labels.push_back(v["label"]);
+    axes += (axes.empty() ? "" : " × ") + std::string("`") + a["key"].get<std::string>() + "` (" + joined(labels) + ")";
+  }
+  size_t finished = 0;
+  for (const auto& r : rows) finished += r.finished();
+  m += "Sweep file `" + manifest.value("sweep_file", std::string("?")) + "`, base config `" +
+       manifest.value("base_config", std::string("?")) + "`, directory `" + sweep_dir + "`.\n\n";
+  m += "Grid: " + axes + ": " + std::to_string(rows.size()) + " points, " + std::to_string(finished) + " finished.";
+  if (manifest.value("early_stop", false)) m += " Diverged points stop early (`monitor.stop_on_divergence`).";
+  m += "\n\nSettings added to the base config for every point: ";
+  std::vector<std::string> common;
+  for (const auto& o : manifest.value("common_overrides", nlohmann::json::array())) common.push_back("`" + o.get<std::string>() + "`");
+  m += (common.empty() ? "none" : joined(common)) + ".\n\n";
+
+  if (!manifest.value("sessions", nlohmann::json::array()).empty()) {
+    m += "| started (UTC) | command | machine | points × threads | wall time |\n|---|---|---|---|---|\n";
+    for (const auto& s : manifest["sessions"])
+      m += "| " + s.value("started", std::string("?")) + " | `" + s.value("command", std::string("?")) + "` | " +
+           s.value("cpu", std::string("?")) + ", " + std::to_string(s.value("cores", 0)) + " cores | " +
+           std::to_string(s.value("parallel", 0)) + " × " + std::to_string(s.value("threads_per_point", 0)) + " | " +
+           (s.contains("wall_s") ? strf("%.1f min", s["wall_s"].get<double>() / 60) : std::string("(unfinished)")) +
+           " |\n";
+    m += "\n";
+  }
+
+  m += "## Learning-rate sensitivity per variant\n\n";
+  m += "LR sensitivity (Wortsman et al. 2023): the mean over the LR grid of min(ℓ(η), ℓ₀) − ℓ*, where ℓ(η) is the "
+       "final loss at peak LR η (validation loss), ℓ₀ the loss at initialization (here ln(vocab size), the loss of the "
+       "uniform prediction a freshly initialized model makes) and ℓ* the best final loss over the grid; diverged points "
+       "count as ℓ₀, and so do losses above it. Lower "
+       "means less sensitive to the choice of LR. Read it with the loss-vs-LR plot.\n\n";
+  m += "| variant | finished | diverged | ℓ₀ | best LR | best final loss ℓ* | LR sensitivity | largest LR without divergence |\n"
+       "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& v : variants)
+    m += "| " + v.variant + " | " + std::to_string(v.finished) + "/" + std::to_string(v.points) + " | " +
+         std::to_string(v.lr.diverged) + " | " + md(v.init_loss, "%.3f") + " | " + lr_text(v.lr.best_lr) + " | " +
+         md(v.lr.best_loss) + " | " + (std::isfinite(v.lr.sensitivity) ? strf("%.4f", v.lr.sensitivity) :
+                                       v.finished ? std::string("all diverged") : std::string("-")) +
+         " | " + lr_text(v.lr.max_stable_lr) + " |\n";
+  m += "\n";
+  // Plain facts per variant, generated from the table above.
+  for (const auto& v : variants) {
+    if (!v.finished) continue;
+    std::vector<std::string> div;
+    for (const auto& r : rows)
+      if (r.variant == v.variant && r.diverged)
+        div.push_back("LR " + lr_text(r.lr) + " at step " + std::to_string(r.diverged_step) + " (" + r.diverged_reason + ")");
+    m += "- **" + v.variant + "**: " +
+         (std::isfinite(v.lr.best_lr) ? "best final loss " + md(v.lr.best_loss) + " at LR " + lr_text(v.lr.best_lr)
+                                      : std::string("no point trained below ℓ₀")) +
+         "; " + (div.empty() ? std::string("no point diverged") : "diverged: " + joined(div)) + ".\n";
+  }
+  m += "\n";
+
+  if (!plots.empty() || !plot_note.empty()) m += "## Plots\n\n";
+  if (!plot_note.empty()) m += plot_note + "\n\n";
+  const std::map<std::string, std::string> captions = {
+      {"loss_vs_lr", "Final validation loss against peak LR, one line per variant; diverged points are drawn as × at ℓ₀."},
+      {"loss_curves", "Training loss per variant, one curve per LR (colour: LR)."},
+      {"attn_logit", "Layer-0 maximum attention logit (log scale) per variant; the dashed line is the divergence threshold."},
+      {"grad_norm", "Gradient norm per variant (log scale), one curve per LR; red dots are detected gradient-norm spikes."}};
+  for (const auto& p : plots) {
+    auto it = captions.find(p);
+    m += "![" + p + "](plots/" + p + ".png)\n\n" + (it == captions.end() ? "" : it->second) + " ([SVG](plots/" + p +
+         ".svg))\n\n";
+  }
+
+  m += "## Points\n\n";
+  m += "| point | variant | LR | status | steps | final val loss | best val loss | diverged (step: reason) | "
+       "spike score loss / grad % | max L0 attn logit | tokens/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : rows)
+    m += "| " + r.name + " | " + r.variant + " | " + lr_text(r.lr) + " | " + r.status + " | " + std::to_string(r.steps) +
+         "/" + std::to_string(r.max_steps) + " | " + md(r.final_val_loss) + " | " + md(r.best_val_loss) + " | " +
+         (r.diverged ? std::to_string(r.diverged_step) + ": " + r.diverged_reason : std::string("-")) + " | " +
+         md(r.spike_score_loss, "%.2f") + " / " + md(r.spike_score_grad, "%.2f") + " | " + md(r.max_attn_logit_l0, "%.1f") +
+         " | " + md(r.tokens_per_s, "%.0f") + " |\n";
+  m += "\nColumns as in `summary.csv`; per-variant numbers in `lr_sensitivity.csv`. Each point's run directory holds "
+       "its `metrics.jsonl`, `spikes.jsonl`, `summary.json` and TensorBoard events (`tensorboard --logdir " +
+       sweep_dir + "`).\n";
+  return m;
+}
+
+}  // namespace
+
+int write_report(const std::string& sweep_dir, const ReportOptions& options) {
+  const std::string manifest_path = sweep_dir + "/sweep.json";
+  if (!path_exists(manifest_path))
+    throw RunDirError(sweep_dir + " is not a sweep directory (no sweep.json); run `keel sweep SWEEP.yaml` first");
+  const auto manifest = nlohmann::json::parse(read_small_file(manifest_path), nullptr, false);
+  if (manifest.is_discarded() || manifest.value("format", "") != "keel-sweep")
+    throw RunDirError(manifest_path + " is not a keel sweep manifest");
+  const std::string out = options.out_dir.empty() ? sweep_dir : options.out_dir;
+  ensure_directory(out);
+
+  const auto rows = collect_rows(sweep_dir, manifest);
+  const auto variants = summarize_variants(rows);
+  write_file_atomic(out + "/summary.csv", summary_csv(rows));
+  write_file_atomic(out + "/lr_sensitivity.csv", variants_csv(variants));
+
+  int code = 0;
+  std::string note;
+  std::vector<std::string> plots;
+  if (options.plots) {
+    const std::string script = first_existing(plot_candidates("scripts/plot_sweep.py"));
+    std::vector<std::string> pythons;
+    if (!options.python.empty()) {
+      pythons.push_back(options.python);  // asked for: that one or none
+    } else {
+      if (const char* p = std::getenv("KEEL_PYTHON")) pythons.push_back(p);
+      for (const auto& c : plot_candidates(".venv/bin/python")) pythons.push_back(c);
+    }
+    std::string python;
+    for (const auto& c : pythons)
+      if (access(c.c_str(), X_OK) == 0) {
+        python = c;
+        break;
+      }
+    if (script.empty() || python.empty()) {
+      note = "Plots not drawn: " + std::string(script.empty() ? "scripts/plot_sweep.py" : "a Python interpreter") +
+             " not found (looked for " + joined(script.empty() ? plot_candidates("scripts/plot_sweep.py") : pythons) +
+             "; set KEEL_PYTHON, or run scripts/setup.sh to create .venv).";
+      code = 1;
+    } else {
+      ensure_directory(out + "/plots");
+      const int rc = run_python(python, {script, sweep_dir, out});
+      if (rc != 0) {
+        note = "Plots not drawn: " + python + " " + script + " exited with code " + std::to_string(rc) +
+               " (its message is above; `pip install -r scripts/requirements.txt` installs matplotlib).";
+        code = 1;
+      }
+      for (const char* p : {"loss_vs_lr", "loss_curves", "attn_logit", "grad_norm"})
+        if (path_exists(out + "/plots/" + p + ".png")) plots.push_back(p);
+    }
+    if (code != 0) std::fprintf(stderr, "keel: %s\n", note.c_str());
+  }
+  // A hand-written reading of the results (OUT_DIR/notes.md) survives regenerating the report.
+  const std::string notes = path_exists(out + "/notes.md") ? read_small_file(out + "/notes.md") : "";
+  write_file_atomic(out + "/report.md", report_markdown(manifest, sweep_dir, rows, variants, plots, note, notes));
+  std::printf("report: %s/report.md, %s/summary.csv, %s/lr_sensitivity.csv%s\n", out.c_str(), out.c_str(), out.c_str(),
+              plots.empty() ? "" : (", " + std::to_string(plots.size()) + " plots in " + out + "/plots").c_str());
+  for (const auto& v : variants)
+    std::printf("  %-20s best LR %-8s best loss %-8s LR sensitivity %-8s diverged %zu/%zu\n", v.variant.c_str(),
+                lr_text(v.lr.best_lr).c_str(), md(v.lr.best_loss).c_str(), md(v.lr.sensitivity).c_str(), v.lr.diverged,
+                v.finished);
+  return code;
+}
+
+}  // namespace keel

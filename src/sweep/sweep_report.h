@@ -1,0 +1,72 @@
+// `keel report SWEEP_DIR`: summary.csv (one row per point), lr_sensitivity.csv
+// (one row per variant), report.md, and plots drawn by
+// scripts/plot_sweep.py (matplotlib) into plots/ as PNG and SVG. A notes.md
+// in the output directory (a hand-written reading of the results) is placed
+// at the top of report.md, so regenerating the report keeps it.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sweep/lr_sensitivity.h"
+
+namespace keel {
+
+struct ReportOptions {
+  std::string out_dir;  // where report.md, the CSVs and plots/ go; default SWEEP_DIR
+  bool plots = true;
+  std::string python;   // interpreter for the plotting script; default: see find_python()
+};
+
+// One point's results, from sweep.json, summary.json.
+struct PointRow {
+  std::string name;
+  // The point's values on every axis but train.lr and run.seed ("rms-head",
+  // "rms-head_d_model=256"); "all" when the grid has no other axis.
+  std::string variant;
+  std::string status;  // completed | diverged | nonfinite | interrupted | not run
+  double lr = NAN;
+  int64_t seed = 0;
+  int64_t steps = 0, max_steps = 0;
+  int64_t vocab_size = 0;
+  double final_loss = NAN, final_val_loss = NAN, best_val_loss = NAN, initial_loss = NAN;
+  bool diverged = false;
+  int64_t diverged_step = -1;
+  std::string diverged_reason;
+  double spike_score_loss = NAN, spike_score_grad = NAN;
+  int64_t loss_spikes = 0, grad_spikes = 0;
+  double max_attn_logit_l0 = NAN, tokens_per_s = NAN, time_s = NAN;
+  bool finished() const { return status == "completed" || status == "diverged" || status == "nonfinite"; }
+  // The loss the LR sensitivity uses: final validation loss, else final training loss.
+  double result_loss() const { return std::isfinite(final_val_loss) ? final_val_loss : final_loss; }
+};
+
+struct VariantRow {
+  std::string variant;
+  size_t points = 0, finished = 0;
+  double init_loss = NAN;  // l0
+  LrSensitivity lr;
+};
+
+std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann::json& manifest);
+// Groups finished rows by variant (in first-seen order) and computes each
+// one's LR sensitivity. l0, the loss at initialization, is ln(vocab_size):
+// the loss of a uniform prediction, which is what a freshly initialized model
+// predicts (keel's std-0.02 init comes within 0.01 of it). The first logged
+// training loss is no substitute: it averages the first log_every steps, in
+// which a high LR already lowers the loss. Should a point's first logged
+// loss be higher than ln(vocab_size) (an init with large logits), l0 is that.
+std::vector<VariantRow> summarize_variants(const std::vector<PointRow>& rows);
+
+std::string summary_csv(const std::vector<PointRow>& rows);
+std::string variants_csv(const std::vector<VariantRow>& variants);
+
+// Writes everything; returns 0, or 1 when the plots could not be drawn
+// (the CSVs and report.md are written regardless).
+int write_report(const std::string& sweep_dir, const ReportOptions& options);
+
+}  // namespace keel

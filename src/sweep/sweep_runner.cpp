@@ -1,0 +1,475 @@
+#include "sweep/sweep_runner.h"
+
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "checkpoint/posix_io.h"
+#include "data/prepare.h"
+#include "sweep/sweep_manifest.h"
+#include "train/run_dir.h"
+#include "util/log.h"
+
+extern char** environ;
+
+namespace keel {
+
+namespace {
+
+volatile sig_atomic_t g_sweep_signal = 0;
+void on_sweep_signal(int sig) { g_sweep_signal = sig; }
+
+using Clock = std::chrono::steady_clock;
+
+std::string hms(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  return strf("%d:%02d:%02d", static_cast<int>(s / 3600), static_cast<int>(s / 60 % 60), static_cast<int>(s % 60));
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+std::string host_name() {
+  char host[256] = "unknown";
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw std::runtime_error("cannot find the keel binary (/proc/self/exe)");
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+// The step of the last record in a run's metrics.jsonl (0 if none), read
+// from the file's tail so that long runs cost nothing.
+int64_t last_logged_step(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return 0;
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = size > 65536 ? size - 65536 : 0;
+  in.seekg(from);
+  std::string tail(static_cast<size_t>(size - from), '\0');
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  size_t end = tail.size();
+  while (end > 0) {
+    const size_t start = tail.rfind('\n', end - 1 == 0 ? 0 : end - 2);
+    const std::string line = tail.substr(start == std::string::npos ? 0 : start + 1,
+                                         end - (start == std::string::npos ? 0 : start + 1));
+    auto rec = nlohmann::json::parse(line, nullptr, false);
+    if (!rec.is_discarded() && rec.contains("step")) return rec["step"].get<int64_t>();
+    if (start == std::string::npos || start == 0) break;
+    end = start;
+  }
+  return 0;
+}
+
+std::string last_lines(const std::string& path, size_t n) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::string out;
+  for (size_t i = lines.size() > n ? lines.size() - n : 0; i < lines.size(); ++i) out += "\n    " + lines[i];
+  return out;
+}
+
+struct Running {
+  size_t point;
+  pid_t pid;
+  Clock::time_point started;
+  int64_t start_step;   // checkpoint it resumed from
+  int64_t step = 0;     // last logged step
+};
+
+class Runner {
+ public:
+  Runner(const SweepSpec& spec, std::vector<SweepPoint> points, const SweepOptions& options, int threads,
+         Logger& log)
+      : spec_(spec), points_(std::move(points)), opts_(options), threads_(threads), log_(log), exe_(self_exe()) {}
+
+  // Runs the queued points; returns the exit code.
+  int run(const std::vector<size_t>& queue, const std::map<size_t, int64_t>& resume_steps, size_t already_done) {
+    queue_ = &queue;
+    resume_steps_ = &resume_steps;
+    done_ = already_done;
+    total_ = already_done + queue.size();
+    struct sigaction sa {};
+    sa.sa_handler = on_sweep_signal;
+    sigemptyset(&sa.sa_mask);
+    struct sigaction old_int {}, old_term {};
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    start_ = Clock::now();
+    size_t& next = next_;  // a member: print_progress() counts the steps still queued
+    bool forwarded = false;
+    auto last_progress = Clock::now();
+    while (next < queue.size() || !running_.empty()) {
+      if (g_sweep_signal && !forwarded) {
+        forwarded = true;
+        log_.warn(strf("signal %d: asking %zu running point(s) to checkpoint and stop; re-run the same command to "
+                       "continue", static_cast<int>(g_sweep_signal), running_.size()));
+        for (const auto& r : running_) kill(r.pid, SIGTERM);
+      }
+      bool launched = false;
+      while (!g_sweep_signal && next < queue.size() && running_.size() < static_cast<size_t>(opts_.parallel)) {
+        const size_t i = queue[next++];
+        auto it = resume_steps.find(i);
+        launch(i, it == resume_steps.end() ? 0 : it->second);
+        launched = true;
+      }
+      if (reap() || launched) {
+        print_progress();
+        last_progress = Clock::now();
+      } else if (std::chrono::duration<double>(Clock::now() - last_progress).count() >= opts_.progress_every_s) {
+        print_progress();
+        last_progress = Clock::now();
+      }
+      if (g_sweep_signal && next < queue.size()) {
+        not_started_ += queue.size() - next;
+        next = queue.size();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    const int sig = g_sweep_signal;
+    g_sweep_signal = 0;
+    log_.info(strf("sweep %s: %zu/%zu points finished (%zu diverged), %zu failed, %zu interrupted or not started; "
+                   "%s this session",
+                   spec_.name.c_str(), done_, total_, diverged_, failed_.size(), interrupted_ + not_started_,
+                   hms(std::chrono::duration<double>(Clock::now() - start_).count()).c_str()));
+    for (const auto& f : failed_) log_.error("failed: " + f);
+    if (sig) return 128 + sig;
+    return failed_.empty() ? 0 : 1;
+  }
+
+ private:
+  void launch(size_t i, int64_t resume_step) {
+    const SweepPoint& p = points_[i];
+    const std::string dir = spec_.out_dir + "/" + p.name;
+    ensure_directory(dir);
+    std::vector<std::string> args = {exe_, "train", spec_.base_config};
+    for (const auto& o : p.overrides) args.insert(args.end(), {"--set", o});
+    args.insert(args.end(), {"--set", "run.out_dir=" + spec_.out_dir, "--set", "run.name=" + p.name, "--set",
+                             "train.threads=" + std::to_string(threads_), "--resume", "auto"});
+    // Everything the child needs is built before fork: only async-signal-safe
+    // calls happen between fork and exec.
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e; ++e) {
+      const std::string kv = *e;
+      if (kv.rfind("OMP_NUM_THREADS=", 0) == 0 || kv.rfind("MKL_NUM_THREADS=", 0) == 0) continue;
+      env_strings.push_back(kv);
+    }
+    env_strings.push_back("OMP_NUM_THREADS=" + std::to_string(threads_));
+    env_strings.push_back("MKL_NUM_THREADS=" + std::to_string(threads_));
+    std::vector<char*> envp;
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    const std::string log_path = dir + "/stdout.log";
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+    if (pid == 0) {
+      // If the sweep dies (kill -9), its points get SIGTERM: they checkpoint
+      // and stop instead of running on unseen beside a re-run of the sweep.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(1);
+      const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        ::close(fd);
+      }
+      const int devnull = ::open("/dev/null", O_RDONLY);
+      if (devnull >= 0) dup2(devnull, 0);
+      execve(argv[0], argv.data(), envp.data());
+      _exit(127);
+    }
+    running_.push_back({i, pid, Clock::now(), resume_step, resume_step});
+    log_.info(strf("start %s%s (pid %d, %d thread%s): %s", p.name.c_str(),
+                   resume_step > 0 ? strf(", resuming at step %lld", static_cast<long long>(resume_step)).c_str() : "",
+                   static_cast<int>(pid), threads_, threads_ == 1 ? "" : "s", (dir + "/train.log").c_str()));
+  }
+
+  // Collects finished children; true if any.
+  bool reap() {
+    bool any = false;
+    for (size_t k = 0; k < running_.size();) {
+      int status = 0;
+      const pid_t r = waitpid(running_[k].pid, &status, WNOHANG);
+      if (r == 0 || (r < 0 && errno == EINTR)) {
+        ++k;
+        continue;
+      }
+      any = true;
+      finish(running_[k], status);
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    return any;
+  }
+
+  void finish(const Running& r, int status) {
+    const SweepPoint& p = points_[r.point];
+    const std::string dir = spec_.out_dir + "/" + p.name;
+    const double secs = std::chrono::duration<double>(Clock::now() - r.started).count();
+    const PointStatus st = point_status(dir);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (st.state == PointState::finished && (code == 0 || code == 3)) {
+      ++done_;
+      if (st.stopped_by != "completed") ++diverged_;
+      child_seconds_ += secs;
+      child_steps_ += static_cast<double>(std::max<int64_t>(1, st.step - r.start_step));
+      log_.info(strf("done  %s: %s at step %lld/%lld in %s", p.name.c_str(), st.stopped_by.c_str(),
+                     static_cast<long long>(st.step), static_cast<long long>(p.config.train.max_steps),
+                     hms(secs).c_str()));
+    } else if (g_sweep_signal && (code == 0 || code >= 128)) {
+      ++interrupted_;
+      log_.warn(strf("stopped %s at step %lld (%s)", p.name.c_str(),
+                     static_cast<long long>(last_logged_step(dir + "/metrics.jsonl")),
+                     st.state == PointState::resumable ? "checkpoint kept, resumes on re-run" : "starts over on re-run"));
+    } else {
+      const std::string what = code == 0 ? "stopped before its end (a signal sent to it alone?); re-run to resume it"
+                                         : "exit code " + std::to_string(code);
+      const std::string why = p.name + ": " + what + "; last lines of " + dir + "/stdout.log:" +
+                              last_lines(dir + "/stdout.log", 6);
+      failed_.push_back(why);
+      log_.error("point " + why);
+    }
+  }
+
+  void print_progress() {
+    double remaining_steps = 0;
+    std::string running_text;
+    for (auto& r : running_) {
+      const SweepPoint& p = points_[r.point];
+      r.step = std::max(r.step, last_logged_step(spec_.out_dir + "/" + p.name + "/metrics.jsonl"));
+      remaining_steps += static_cast<double>(p.config.train.max_steps - r.step);
+      running_text += strf("%s%s %lld/%lld", running_text.empty() ? "" : ", ", p.name.c_str(),
+                           static_cast<long long>(r.step), static_cast<long long>(p.config.train.max_steps));
+    }
+    for (size_t k = next_; k < queue_->size(); ++k) {
+      const size_t i = (*queue_)[k];
+      auto it = resume_steps_->find(i);
+      remaining_steps += static_cast<double>(points_[i].config.train.max_steps -
+                                             (it == resume_steps_->end() ? 0 : it->second));
+    }
+    // Seconds per step of one point, from what ran in this session
+    // (finished points and the progress of running ones).
+    double secs = child_seconds_, steps = child_steps_;
+    for (const auto& r : running_) {
+      if (r.step <= r.start_step) continue;
+      secs += std::chrono::duration<double>(Clock::now() - r.started).count();
+      steps += static_cast<double>(r.step - r.start_step);
+    }
+    const double slots = static_cast<double>(std::max<size_t>(1, std::min<size_t>(opts_.parallel, total_ - done_)));
+    const double eta = steps > 0 ? remaining_steps * secs / steps / slots : NAN;
+    const size_t waiting = total_ - done_ - failed_.size() - interrupted_ - not_started_ - running_.size();
+    log_.info(strf("[%s] %zu/%zu done (%zu diverged, %zu failed) | running: %s | %zu waiting | ETA %s",
+                   hms(std::chrono::duration<double>(Clock::now() - start_).count()).c_str(), done_, total_, diverged_,
+                   failed_.size(), running_text.empty() ? "-" : running_text.c_str(), waiting, hms(eta).c_str()));
+  }
+
+  const SweepSpec& spec_;
+  std::vector<SweepPoint> points_;
+  const SweepOptions& opts_;
+  int threads_;
+  Logger& log_;
+  std::string exe_;
+  std::vector<Running> running_;
+  const std::vector<size_t>* queue_ = nullptr;            // indices into points_, in launch order
+  const std::map<size_t, int64_t>* resume_steps_ = nullptr;  // point -> checkpoint step
+  size_t next_ = 0;                                         // next queue entry to launch
+  Clock::time_point start_;
+  size_t done_ = 0, total_ = 0, diverged_ = 0, interrupted_ = 0, not_started_ = 0;
+  double child_seconds_ = 0, child_steps_ = 0;
+  std::vector<std::string> failed_;
+};
+
+}  // namespace
+
+int available_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
+  SweepSpec spec = load_sweep_spec(sweep_file, options.overrides);
+  if (!options.out_dir.empty()) spec.out_dir = options.out_dir;
+  while (spec.out_dir.size() > 1 && spec.out_dir.back() == '/') spec.out_dir.pop_back();
+  auto usage_error = [](const std::string& option, const std::string& what) {
+    ConfigErrors e;
+    e.add(option, what);
+    throw ConfigError(e);
+  };
+  if (options.parallel < 1) usage_error("--parallel", "must be at least 1");
+  if (options.threads < 0) usage_error("--threads", "must be 0 (cores / --parallel) or more");
+  std::vector<SweepPoint> points = expand_grid(spec);
+
+  // What the directory already holds.
+  const std::string manifest_path = spec.out_dir + "/sweep.json";
+  nlohmann::json old_manifest = nlohmann::json::object();
+  if (path_exists(manifest_path)) {
+    old_manifest = nlohmann::json::parse(read_small_file(manifest_path), nullptr, false);
+    if (old_manifest.is_discarded() || old_manifest.value("format", "") != "keel-sweep")
+      throw RunDirError(manifest_path + " is not a keel sweep manifest; choose another directory (--out DIR)");
+  }
+  Reconciliation rec = reconcile(old_manifest, points);
+  // A point directory the manifest does not know (sweep.json deleted, or
+  // the directory made by hand) is compared through its own config.yaml.
+  for (const auto& name : rec.added) {
+    const std::string cfg = spec.out_dir + "/" + name + "/config.yaml";
+    if (!path_exists(cfg)) continue;
+    const auto& point = *std::find_if(points.begin(), points.end(), [&](const SweepPoint& p) { return p.name == name; });
+    const FlatConfig on_disk = result_config(load_config(cfg)), now = result_config(point.config);
+    for (const auto& [k, v] : on_disk) {
+      auto it = now.find(k);
+      if (it != now.end() && it->second != v)
+        rec.conflicts.push_back(k + ": " + v + " -> " + it->second + " (" + name + ", from its config.yaml)");
+    }
+  }
+  if (!rec.conflicts.empty()) {
+    std::string list;
+    for (const auto& c : rec.conflicts) list += "\n  " + c;
+    throw RunDirError("refusing to run: " + spec.out_dir + " holds results of this sweep computed with other settings, "
+                      "and mixing them would compare incompatible runs. Changed (recorded -> now):" + list +
+                      "\nUse another directory (--out DIR), or remove " + spec.out_dir + " to start over.");
+  }
+
+  // Which points this invocation runs.
+  std::vector<size_t> selected;
+  for (size_t i = 0; i < points.size(); ++i) {
+    bool match = options.only.empty();
+    for (const auto& pattern : options.only) match = match || fnmatch(pattern.c_str(), points[i].name.c_str(), 0) == 0;
+    if (match) selected.push_back(i);
+  }
+  if (selected.empty())
+    usage_error("--only", "matches none of the sweep's " + std::to_string(points.size()) + " points (see --dry-run)");
+
+  const int cores = available_cores();
+  const int threads = options.threads > 0 ? options.threads : std::max(1, cores / options.parallel);
+  std::vector<size_t> queue;
+  std::map<size_t, int64_t> resume_steps;
+  size_t finished = 0;
+  std::vector<std::string> state_lines;
+  for (size_t i : selected) {
+    const std::string dir = spec.out_dir + "/" + points[i].name;
+    const PointStatus st = point_status(dir);
+    std::string what;
+    if (st.state == PointState::finished) {
+      ++finished;
+      what = st.stopped_by + " at step " + std::to_string(st.step);
+    } else if (st.state == PointState::resumable) {
+      queue.push_back(i);
+      resume_steps[i] = st.step;
+      what = "resume from step " + std::to_string(st.step);
+    } else {
+      queue.push_back(i);
+      what = is_directory(dir) ? "start over (no valid checkpoint)" : "to run";
+    }
+    state_lines.push_back(strf("  %-32s %s", points[i].name.c_str(), what.c_str()));
+  }
+
+  std::string axes_text;
+  for (const auto& a : spec.axes)
+    axes_text += (axes_text.empty() ? "" : " x ") + std::to_string(a.values.size()) + " " + (a.key == "variant" ? "variants" : a.key);
+  if (options.dry_run) {
+    std::printf("sweep %s: %zu points (%s), base %s, directory %s\n", spec.name.c_str(), points.size(),
+                axes_text.c_str(), spec.base_config.c_str(), spec.out_dir.c_str());
+    for (const auto& line : state_lines) std::printf("%s\n", line.c_str());
+    std::printf("%zu finished, %zu to run (%zu resuming); %d thread(s) per point, %d at once\n", finished, queue.size(),
+                resume_steps.size(), threads, options.parallel);
+    if (!old_manifest.empty())
+      std::printf("sweep.json: %zu points with the same settings reused, %zu new, %zu no longer in the sweep file\n",
+                  rec.reused.size(), rec.added.size(), rec.retired.size());
+    return 0;
+  }
+
+  ensure_directory(spec.out_dir);
+  Logger log(spec.out_dir + "/sweep.log");
+  log.info(strf("sweep %s: %zu points (%s), base %s, directory %s", spec.name.c_str(), points.size(), axes_text.c_str(),
+                spec.base_config.c_str(), spec.out_dir.c_str()));
+  if (!old_manifest.empty()) {
+    log.info(strf("sweep.json: reusing %zu point(s) recorded with identical settings; %zu new", rec.reused.size(),
+                  rec.added.size()));
+    if (!rec.retired.empty()) {
+      std::string list;
+      for (const auto& r : rec.retired) list += " " + r;
+      log.warn(strf("%zu point(s) are no longer in the sweep file; kept on disk, left out of the report:%s",
+                    rec.retired.size(), list.c_str()));
+    }
+  }
+  log.info(strf("%zu finished (skipped), %zu to resume from checkpoints, %zu to run; %d at once, %d thread(s) each "
+                "(%d cores)", finished, resume_steps.size(), queue.size() - resume_steps.size(), options.parallel,
+                threads, cores));
+
+  nlohmann::json manifest = make_manifest(spec, points, old_manifest);
+  nlohmann::json session = {{"started", utc_now()},
+                            {"command", options.command_line},
+                            {"host", host_name()},
+                            {"cpu", cpu_model()},
+                            {"cores", cores},
+                            {"parallel", options.parallel},
+                            {"threads_per_point", threads},
+                            {"points_to_run", queue.size()}};
+  manifest["sessions"].push_back(session);
+  write_file_atomic(manifest_path, manifest.dump(2) + "\n");
+
+  // Prepare the data once here, not in several children at the same time.
+  std::set<std::string> prepared;
+  for (size_t i : queue)
+    if (prepared.insert(points[i].config.data.dir).second) ensure_prepared(points[i].config);
+
+  // Points with no valid checkpoint start over in an empty directory, so no
+  // metrics of an earlier attempt remain.
+  for (size_t i : queue)
+    if (!resume_steps.count(i) && is_directory(spec.out_dir + "/" + points[i].name))
+      remove_tree(spec.out_dir + "/" + points[i].name);
+
+  const auto t0 = Clock::now();
+  Runner runner(spec, points, options, threads, log);
+  const int code = queue.empty() ? 0 : runner.run(queue, resume_steps, finished);
+  if (queue.empty()) log.info("every selected point is finished; nothing to run. Report: keel report " + spec.out_dir);
+  else if (code == 0) log.info("report: keel report " + spec.out_dir);
+  auto& last = manifest["sessions"].back();
+  last["finished"] = utc_now();
+  last["wall_s"] = std::chrono::duration<double>(Clock::now() - t0).count();
+  last["exit_code"] = code;
+  write_file_atomic(manifest_path, manifest.dump(2) + "\n");
+  return code;
+}
+
+}  // namespace keel

@@ -1,0 +1,346 @@
+#include "sweep/sweep_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "checkpoint/posix_io.h"
+
+namespace keel {
+
+namespace {
+
+const std::vector<std::string> kTopKeys = {"base", "name", "out_dir", "early_stop", "set", "variants", "grid", "seeds"};
+
+struct Parser {
+  std::string file;
+  ConfigErrors errors;
+  Config scratch;
+  Schema schema = make_schema(scratch);
+
+  std::string where(const YAML::Node& node) const {
+    const YAML::Mark m = node.Mark();
+    return m.line < 0 ? " (" + file + ")" : " (" + file + ":" + std::to_string(m.line + 1) + ")";
+  }
+
+  // One config key = value from the sweep file: the key must exist and not
+  // be the sweep's own, the value must suit it. Returns the `--set` text.
+  bool check_entry(const std::string& section, const std::string& key, const YAML::Node& key_node,
+                   const YAML::Node& value, std::string* assignment) {
+    if (!schema.find(key)) {
+      std::string hint = schema.closest_key(key);
+      errors.add(section + "." + key, "unknown config key" + where(key_node) +
+                                          (hint.empty() ? "" : "; did you mean " + hint + "?"));
+      return false;
+    }
+    if (sweep_owned_key(key)) {
+      errors.add(section + "." + key, "is set by keel sweep for every point (run directory, threads from "
+                                      "--parallel/--threads); remove it" + where(key_node));
+      return false;
+    }
+    // The value check of `keel train`, with this file's line in the message.
+    Config c;
+    Schema s = make_schema(c);
+    ConfigErrors e;
+    YAML::Node one(YAML::NodeType::Map);
+    one[key] = value;
+    s.apply_yaml(one, file, e);
+    for (const auto& item : e.items) errors.items.push_back(section + "." + item);
+    if (!e.empty()) return false;
+    YAML::Emitter em;
+    em << YAML::Flow << value;
+    *assignment = key + "=" + em.c_str();
+    return true;
+  }
+
+  // A mapping of keys (nested sections or dotted paths) to values.
+  void collect(const std::string& section, const std::string& prefix, const YAML::Node& map,
+               std::vector<std::string>* out, std::vector<std::string>* keys) {
+    for (const auto& item : map) {
+      const std::string name = item.first.as<std::string>();
+      const std::string key = prefix.empty() ? name : prefix + "." + name;
+      if (!schema.find(key) && schema.is_section(key) && item.second.IsMap()) {
+        collect(section, key, item.second, out, keys);
+        continue;
+      }
+      std::string assignment;
+      if (check_entry(section, key, item.first, item.second, &assignment)) {
+        out->push_back(assignment);
+        keys->push_back(key);
+      }
+    }
+  }
+};
+
+std::string sanitize_label(const std::string& text) {
+  std::string out;
+  for (char c : text) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '+') ? c : '-';
+  return out.empty() ? "-" : out;
+}
+
+std::string last_component(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+std::string scalar_label(const YAML::Node& v) {
+  if (v.IsScalar()) return v.Scalar();
+  YAML::Emitter em;
+  em << YAML::Flow << v;
+  return em.c_str();
+}
+
+// "configs/sweeps/../default.yaml" -> "configs/default.yaml", lexically.
+std::string normalize_path(const std::string& path) {
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string part; std::getline(ss, part, '/');) {
+    if (part.empty() || part == ".") continue;
+    if (part == ".." && !parts.empty() && parts.back() != "..") parts.pop_back();
+    else parts.push_back(part);
+  }
+  std::string out = path[0] == '/' ? "/" : "";
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? "/" : "") + parts[i];
+  return out.empty() ? "." : out;
+}
+
+}  // namespace
+
+bool sweep_owned_key(const std::string& key) {
+  return key == "run.name" || key == "run.out_dir" || key == "run.overwrite" || key == "train.threads";
+}
+
+SweepSpec load_sweep_spec(const std::string& path, const std::vector<std::string>& extra_overrides) {
+  Parser p;
+  p.file = path;
+  auto fail = [&](const std::string& what) {
+    ConfigErrors e;
+    e.add(path, what);
+    throw ConfigError(e);
+  };
+  if (!std::ifstream(path)) fail("cannot open sweep file (does it exist and is it readable?)");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::ParserException& ex) {
+    fail("YAML syntax error at line " + std::to_string(ex.mark.line + 1) + ", column " +
+         std::to_string(ex.mark.column + 1) + ": " + ex.msg);
+  }
+  if (!root.IsMap()) fail("expected a mapping with base, grid and optionally name, out_dir, set, variants, seeds");
+
+  SweepSpec spec;
+  spec.file = path;
+  for (const auto& item : root) {
+    const std::string key = item.first.as<std::string>();
+    if (std::find(kTopKeys.begin(), kTopKeys.end(), key) != kTopKeys.end()) continue;
+    std::string best;
+    for (const auto& k : kTopKeys)
+      if (edit_distance(key, k) <= 2) best = k;
+    p.errors.add(key, "unknown sweep key" + p.where(item.first) + (best.empty() ? "" : "; did you mean " + best + "?") +
+                          " (sweep keys: base, name, out_dir, early_stop, set, variants, grid, seeds)");
+  }
+
+  const YAML::Node base = root["base"];
+  if (!base || !base.IsScalar() || base.Scalar().empty()) {
+    p.errors.add("base", "required: the config every point starts from, relative to the sweep file" +
+                             (base ? p.where(base) : " (" + path + ")"));
+  } else {
+    const std::string b = base.Scalar();
+    spec.base_config = normalize_path(b[0] == '/' ? b : dir_name(path) + "/" + b);
+    if (!std::ifstream(spec.base_config))
+      p.errors.add("base", "cannot open " + spec.base_config + " (relative to the sweep file's directory)" + p.where(base));
+  }
+
+  std::string stem = base_name(path);
+  for (const char* ext : {".yaml", ".yml"})
+    if (stem.size() > std::string(ext).size() && stem.substr(stem.size() - std::string(ext).size()) == ext)
+      stem.resize(stem.size() - std::string(ext).size());
+  spec.name = stem;
+  if (const YAML::Node n = root["name"]) {
+    if (!n.IsScalar() || n.Scalar().empty()) p.errors.add("name", "expected a non-empty string" + p.where(n));
+    else spec.name = n.Scalar();
+  }
+  spec.out_dir = "runs/sweeps/" + spec.name;
+  if (const YAML::Node n = root["out_dir"]) {
+    if (!n.IsScalar() || n.Scalar().empty()) p.errors.add("out_dir", "expected a directory path" + p.where(n));
+    else spec.out_dir = n.Scalar();
+  }
+  if (const YAML::Node n = root["early_stop"]) {
+    if (!n.IsScalar() || (n.Scalar() != "true" && n.Scalar() != "false"))
+      p.errors.add("early_stop", "expected true or false" + p.where(n));
+    else spec.early_stop = n.Scalar() == "true";
+  }
+  // Early stop first, so that `set` may still say otherwise.
+  if (spec.early_stop) spec.common.push_back("monitor.stop_on_divergence=true");
+
+  std::vector<std::string> set_keys;
+  if (const YAML::Node n = root["set"]) {
+    if (!n.IsMap()) p.errors.add("set", "expected a mapping of config keys to values" + p.where(n));
+    else p.collect("set", "", n, &spec.common, &set_keys);
+  }
+  for (const auto& o : extra_overrides) {
+    const std::string key = o.substr(0, o.find('='));
+    ConfigErrors e;
+    p.schema.apply_override(o, e);
+    if (sweep_owned_key(key)) e.add(key, "is set by keel sweep for every point (from --set)");
+    for (const auto& item : e.items) p.errors.items.push_back(item);
+    if (e.empty()) spec.common.push_back(o);
+  }
+
+  std::set<std::string> axis_keys;
+  if (const YAML::Node n = root["variants"]) {
+    if (!n.IsMap() || n.size() == 0) {
+      p.errors.add("variants", "expected a mapping of variant names to mappings of config keys" + p.where(n));
+    } else {
+      SweepAxis axis{"variant", "", {}};
+      std::set<std::string> labels;
+      for (const auto& v : n) {
+        AxisValue value;
+        value.label = sanitize_label(v.first.as<std::string>());
+        if (!labels.insert(value.label).second)
+          p.errors.add("variants." + v.first.as<std::string>(), "duplicate variant name" + p.where(v.first));
+        std::vector<std::string> keys;
+        if (v.second.IsNull()) {
+          // a variant with no keys is the base config itself
+        } else if (!v.second.IsMap()) {
+          p.errors.add("variants." + v.first.as<std::string>(),
+                       "expected a mapping of config keys to values (or {} for the base config)" + p.where(v.second));
+        } else {
+          p.collect("variants." + v.first.as<std::string>(), "", v.second, &value.overrides, &keys);
+        }
+        axis_keys.insert(keys.begin(), keys.end());
+        axis.values.push_back(value);
+      }
+      spec.axes.push_back(axis);
+    }
+  }
+
+  const YAML::Node grid = root["grid"];
+  if (grid && !grid.IsMap()) p.errors.add("grid", "expected a mapping of config keys to lists of values" + p.where(grid));
+  if (grid && grid.IsMap()) {
+    for (const auto& item : grid) {
+      const std::string key = item.first.as<std::string>();
+      if (!item.second.IsSequence() || item.second.size() == 0) {
+        p.errors.add("grid." + key, "expected a non-empty list of values, e.g. [1e-3, 3e-3]" + p.where(item.second));
+        continue;
+      }
+      if (axis_keys.count(key)) p.errors.add("grid." + key, "is also set by a variant" + p.where(item.first));
+      SweepAxis axis{key, "", {}};
+      std::set<std::string> labels;
+      for (const auto& v : item.second) {
+        AxisValue value;
+        std::vector<std::string> keys;
+        std::string assignment;
+        if (!p.check_entry("grid", key, item.first, v, &assignment)) break;
+        value.overrides.push_back(assignment);
+        value.label = sanitize_label(scalar_label(v));
+        if (!labels.insert(value.label).second)
+          p.errors.add("grid." + key, "value " + scalar_label(v) + " is listed twice" + p.where(v));
+        axis.values.push_back(value);
+      }
+      axis_keys.insert(key);
+      spec.axes.push_back(axis);
+    }
+  }
+  if (const YAML::Node n = root["seeds"]) {
+    if (axis_keys.count("run.seed")) p.errors.add("seeds", "run.seed is already a grid key" + p.where(n));
+    if (!n.IsSequence() || n.size() == 0) {
+      p.errors.add("seeds", "expected a non-empty list of seeds, e.g. [1, 2, 3]" + p.where(n));
+    } else {
+      SweepAxis axis{"run.seed", "seed", {}};
+      for (const auto& v : n) {
+        std::string assignment;
+        if (!p.check_entry("seeds", "run.seed", v, v, &assignment)) break;
+        axis.values.push_back({sanitize_label(v.Scalar()), {assignment}});
+      }
+      axis_keys.insert("run.seed");
+      spec.axes.push_back(axis);
+    }
+  }
+  for (const auto& key : set_keys)
+    if (axis_keys.count(key)) p.errors.add("set." + key, "is also an axis of the grid (variants, grid or seeds)");
+  if (spec.axes.empty() && p.errors.empty())
+    p.errors.add("grid", "the sweep has no axis: give `grid`, `variants` or `seeds`" + p.where(root));
+
+  // Short names: the key's last component unless two axes share it.
+  for (auto& axis : spec.axes) {
+    if (axis.key == "variant" || axis.key == "run.seed") {
+      axis.short_name = axis.key == "variant" ? "" : "seed";
+      continue;
+    }
+    const std::string last = last_component(axis.key);
+    int same = 0;
+    for (const auto& other : spec.axes) same += other.key != "variant" && last_component(other.key) == last;
+    axis.short_name = same > 1 ? axis.key : last;
+  }
+  if (!p.errors.empty()) throw ConfigError(p.errors);
+  return spec;
+}
+
+std::string point_name(const std::vector<SweepAxis>& axes, const std::vector<size_t>& value_index) {
+  std::string name;
+  for (size_t a = 0; a < axes.size(); ++a) {
+    const auto& axis = axes[a];
+    // A single seed says nothing about the point; leave it out of the name.
+    if (axis.key == "run.seed" && axis.values.size() == 1) continue;
+    const std::string& label = axis.values[value_index[a]].label;
+    if (!name.empty()) name += "_";
+    name += axis.short_name.empty() ? label : axis.short_name + "=" + label;
+  }
+  return name.empty() ? "point" : name;
+}
+
+std::vector<SweepPoint> expand_grid(const SweepSpec& spec) {
+  std::vector<SweepPoint> points;
+  std::map<std::string, std::vector<std::string>> problems;  // error -> points
+  std::vector<std::string> problem_order;
+  std::vector<size_t> idx(spec.axes.size(), 0);
+  while (true) {
+    SweepPoint point;
+    point.name = point_name(spec.axes, idx);
+    point.overrides = spec.common;
+    for (size_t a = 0; a < spec.axes.size(); ++a) {
+      const auto& v = spec.axes[a].values[idx[a]];
+      point.overrides.insert(point.overrides.end(), v.overrides.begin(), v.overrides.end());
+      point.labels[spec.axes[a].key] = v.label;
+    }
+    try {
+      point.config = load_config(spec.base_config, point.overrides);
+    } catch (const ConfigError& e) {
+      for (const auto& item : e.errors().items) {
+        if (!problems.count(item)) problem_order.push_back(item);
+        problems[item].push_back(point.name);
+      }
+    }
+    points.push_back(point);
+    // Odometer over the axes, the last one fastest.
+    size_t a = spec.axes.size();
+    while (a > 0) {
+      if (++idx[a - 1] < spec.axes[a - 1].values.size()) break;
+      idx[a - 1] = 0;
+      --a;
+    }
+    if (a == 0) break;
+  }
+  ConfigErrors errors;
+  std::set<std::string> names;
+  for (const auto& p : points)
+    if (!names.insert(p.name).second)
+      errors.add("sweep " + spec.file, "two points are both named " + p.name + " (values that differ only in "
+                                       "characters not allowed in a directory name)");
+  for (const auto& item : problem_order) {
+    const auto& which = problems[item];
+    std::string list;
+    for (size_t i = 0; i < which.size() && i < 4; ++i) list += (i ? ", " : "") + which[i];
+    if (which.size() > 4) list += ", ... (" + std::to_string(which.size()) + " points)";
+    errors.items.push_back(item + " [base " + spec.base_config + " with the sweep's values; points: " + list + "]");
+  }
+  if (!errors.empty()) throw ConfigError(errors);
+  return points;
+}
+
+}  // namespace keel

@@ -1,0 +1,73 @@
+// A sweep file: a base config and a grid of config values; each grid point
+// is one ordinary `keel train` run in SWEEP_DIR/<point-name>/.
+//
+//   base: ../default.yaml          # relative to the sweep file
+//   name: qknorm-lr-cpu            # default: the file name without .yaml
+//   out_dir: runs/sweeps/qknorm    # default: runs/sweeps/<name>
+//   early_stop: true               # monitor.stop_on_divergence for every point
+//   set: {train.max_steps: 250}    # every point (nested or dotted keys)
+//   variants:                      # optional: named bundles of keys, one axis
+//     rms-head: {model.qk_norm.type: rms, model.qk_norm.scope: head}
+//   grid:                          # key -> list of values, one axis each
+//     train.lr: [1e-3, 3e-3, 1e-2]
+//   seeds: [1, 2]                  # optional: run.seed axis
+//
+// Points are the product of the axes in that order (variants, grid keys in
+// file order, seeds). A point is named by its values: "rms-head_lr=1e-3",
+// with "_seed=2" when there are several seeds.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+namespace keel {
+
+struct AxisValue {
+  std::string label;                   // "rms-head", "1e-3": as written in the file
+  std::vector<std::string> overrides;  // "key=value", as `--set` takes them
+};
+
+struct SweepAxis {
+  std::string key;         // "variant", "train.lr", "run.seed"
+  std::string short_name;  // in point names: "" for variants, "lr", "seed"
+  std::vector<AxisValue> values;
+};
+
+struct SweepSpec {
+  std::string file;                  // the sweep file, as given
+  std::string name;
+  std::string base_config;           // path from the current directory
+  std::string out_dir;               // the sweep directory
+  std::vector<std::string> common;   // overrides of every point: `set`, early_stop, then the CLI's --set
+  std::vector<SweepAxis> axes;
+  bool early_stop = true;
+};
+
+struct SweepPoint {
+  std::string name;
+  std::vector<std::string> overrides;          // common, then one axis value after another
+  std::map<std::string, std::string> labels;   // axis key -> value label
+  Config config;                               // resolved (run.name/out_dir not yet set)
+};
+
+// Parses and checks a sweep file. Errors name the key path and file:line;
+// throws ConfigError listing all of them. `extra_overrides` (the CLI's --set)
+// apply to every point after the file's `set`.
+SweepSpec load_sweep_spec(const std::string& path, const std::vector<std::string>& extra_overrides = {});
+
+// Every point of the grid with its resolved config. Throws ConfigError when
+// a point's config is invalid (e.g. train.min_lr above a grid's train.lr),
+// naming the points.
+std::vector<SweepPoint> expand_grid(const SweepSpec& spec);
+
+// "rms-head_lr=1e-3": the labels of a point's axis values.
+std::string point_name(const std::vector<SweepAxis>& axes, const std::vector<size_t>& value_index);
+
+// The config keys a sweep sets itself (run.name, run.out_dir, ...): a sweep
+// file may not set them.
+bool sweep_owned_key(const std::string& key);
+
+}  // namespace keel

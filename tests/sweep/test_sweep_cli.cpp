@@ -1,0 +1,290 @@
+// `keel sweep` and `keel report` end to end on a tiny model and corpus: a 2x2
+// grid runs, re-runs skip finished points and resume interrupted ones, a
+// changed sweep file is refused (or its reuse spelled out), a signal stops
+// the sweep resumably, and the report (CSV, LR sensitivity, markdown, plots)
+// builds.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "checkpoint/posix_io.h"
+#include "test_util.h"
+
+using keel_test::read_file;
+using keel_test::run_keel;
+using keel_test::write_file;
+
+namespace {
+
+std::string g_dir;  // corpus, prepared data, base config
+
+nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }
+
+std::vector<int64_t> logged_steps(const std::string& run) {
+  std::vector<int64_t> steps;
+  std::istringstream in(read_file(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
+  return steps;
+}
+
+std::vector<int64_t> range(int64_t from, int64_t to) {
+  std::vector<int64_t> v;
+  for (int64_t i = from; i <= to; ++i) v.push_back(i);
+  return v;
+}
+
+size_t count_lines(const std::string& text) { return static_cast<size_t>(std::count(text.begin(), text.end(), '\n')); }
+
+class SweepCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    g_dir = keel_test::make_temp_dir("sweep_cli");
+    write_file(g_dir + "/corpus.txt", keel_test::make_sentence_corpus(11, 300));
+    write_file(g_dir + "/base.yaml",
+               "model: {vocab_size: 320, max_seq_len: 32, d_model: 32, n_layers: 1, n_heads: 2, n_kv_heads: 1}\n"
+               "data: {dir: " + g_dir + "/data, sources: [" + g_dir + "/corpus.txt], doc_separator: '%', "
+               "val_fraction: 0.1}\n"
+               "train: {max_steps: 6, batch_size: 4, lr: 1e-3, min_lr: 1e-5, warmup_steps: 1, log_every: 1, "
+               "eval_every: 3, eval_batches: 1}\n"
+               "checkpoint: {every: 3, keep_last: 2}\n"
+               "monitor: {every: 2, sequences: 1}\n");
+  }
+  static void TearDownTestSuite() { keel::remove_tree(g_dir); }
+
+  // A 2 x 2 sweep file writing to g_dir/<tag>.
+  std::string sweep_file(const std::string& tag, const std::string& lrs = "[1e-3, 1e-2]",
+                         const std::string& extra_set = "") {
+    const std::string path = g_dir + "/" + tag + ".yaml";
+    write_file(path, "base: base.yaml\nout_dir: " + g_dir + "/" + tag + "\n" + "set: {train.eval_every: 3" + extra_set +
+                         "}\nvariants:\n  none: {model.qk_norm.type: none}\n  rms: {model.qk_norm.type: rms}\n"
+                         "grid:\n  train.lr: " + lrs + "\n");
+    return path;
+  }
+  std::string out(const std::string& tag) { return g_dir + "/" + tag; }
+};
+
+const std::vector<std::string> kPoints = {"none_lr=1e-3", "none_lr=1e-2", "rms_lr=1e-3", "rms_lr=1e-2"};
+
+}  // namespace
+
+TEST_F(SweepCli, TinyGridRunsAndTheReportBuilds) {
+  std::string log;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(run_keel("sweep " + sweep_file("e2e") + " --parallel 2", &log), 0) << log;
+  EXPECT_NE(log.find("4/4 done"), std::string::npos) << log;
+  EXPECT_NE(log.find("ETA"), std::string::npos) << log;
+  for (const auto& p : kPoints) {
+    const std::string dir = out("e2e") + "/" + p;
+    auto summary = read_json(dir + "/summary.json");
+    EXPECT_EQ(summary["stopped_by"], "completed") << p;
+    EXPECT_EQ(logged_steps(dir), range(1, 6)) << p;
+    bool events = false;
+    for (const auto& name : keel::list_directory(dir)) events = events || name.find("tfevents") != std::string::npos;
+    EXPECT_TRUE(events) << "no TensorBoard file in " << dir;
+    // The point's values reached the run; the sweep set the directory and threads.
+    const std::string cfg = read_file(dir + "/config.yaml");
+    EXPECT_NE(cfg.find(p.rfind("rms", 0) == 0 ? "type: rms" : "type: none"), std::string::npos) << cfg;
+    EXPECT_NE(cfg.find("threads: 1"), std::string::npos) << cfg;  // 2 cores / --parallel 2, or 1 core
+    EXPECT_NE(cfg.find("stop_on_divergence: true"), std::string::npos) << cfg;
+  }
+  EXPECT_DOUBLE_EQ(read_json(out("e2e") + "/rms_lr=1e-2/summary.json").contains("final_val_loss"), true);
+  const auto manifest = read_json(out("e2e") + "/sweep.json");
+  EXPECT_EQ(manifest["points"].size(), 4u);
+  EXPECT_EQ(manifest["sessions"].size(), 1u);
+  EXPECT_EQ(manifest["sessions"][0]["exit_code"], 0);
+  std::cerr << "[sweep of 4 points: "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s]\n";
+
+  ASSERT_EQ(run_keel("report " + out("e2e"), &log), 0) << log;
+  const std::string csv = read_file(out("e2e") + "/summary.csv");
+  EXPECT_EQ(count_lines(csv), 5u) << csv;
+  EXPECT_EQ(csv.rfind("point,variant,lr,seed,status,steps,max_steps,final_loss,final_val_loss,best_val_loss,", 0), 0u);
+  EXPECT_NE(csv.find("\nrms_lr=1e-2,rms,0.01,1337,completed,6,6,"), std::string::npos) << csv;
+  const std::string sens = read_file(out("e2e") + "/lr_sensitivity.csv");
+  EXPECT_EQ(count_lines(sens), 3u) << sens;
+  EXPECT_NE(sens.find("\nnone,2,2,0,"), std::string::npos) << sens;
+  const std::string md = read_file(out("e2e") + "/report.md");
+  for (const char* s : {"## Learning-rate sensitivity per variant", "| rms | 2/2 | 0 |", "![loss_vs_lr](plots/loss_vs_lr.png)",
+                        "![attn_logit](plots/attn_logit.png)", "![grad_norm](plots/grad_norm.png)",
+                        "![loss_curves](plots/loss_curves.png)", "| none_lr=1e-2 | none | 0.01 | completed | 6/6 |",
+                        "--parallel 2"})
+    EXPECT_NE(md.find(s), std::string::npos) << s << "\n" << md;
+  for (const char* p : {"loss_vs_lr", "loss_curves", "attn_logit", "grad_norm"})
+    for (const char* ext : {".png", ".svg"}) {
+      const std::string f = out("e2e") + "/plots/" + p + ext;
+      EXPECT_TRUE(keel::path_exists(f) && keel::file_size(f) > 1000) << f;
+    }
+  EXPECT_EQ(read_file(out("e2e") + "/plots/loss_vs_lr.png").substr(1, 3), "PNG");
+
+  // --out puts the report elsewhere; --no-plots skips matplotlib.
+  ASSERT_EQ(run_keel("report " + out("e2e") + " --out " + g_dir + "/report2 --no-plots", &log), 0) << log;
+  EXPECT_TRUE(keel::path_exists(g_dir + "/report2/report.md"));
+  EXPECT_FALSE(keel::path_exists(g_dir + "/report2/plots/loss_vs_lr.png"));
+  // A missing interpreter still leaves the CSVs and report.md, and says why.
+  keel::remove_file(g_dir + "/report2/report.md");
+  EXPECT_EQ(run_keel("report " + out("e2e") + " --out " + g_dir + "/report2 --python /nonexistent/python", &log), 1)
+      << log;
+  EXPECT_NE(read_file(g_dir + "/report2/report.md").find("Plots not drawn"), std::string::npos);
+}
+
+TEST_F(SweepCli, RerunSkipsFinishedPointsAndResumesInterruptedOnes) {
+  std::string log;
+  const std::string file = sweep_file("resume");
+  ASSERT_EQ(run_keel("sweep " + file + " --parallel 2", &log), 0) << log;
+  const std::string a = out("resume") + "/none_lr=1e-3", c = out("resume") + "/rms_lr=1e-3",
+                    d = out("resume") + "/rms_lr=1e-2";
+  const std::string a_metrics = read_file(a + "/metrics.jsonl"), a_log = read_file(a + "/train.log");
+  // c as an interrupted run leaves it: the checkpoint of step 3, a summary
+  // that says it was stopped by a signal. d never started.
+  keel::remove_tree(c + "/checkpoints/step_00000006");
+  auto summary = read_json(c + "/summary.json");
+  summary["stopped_by"] = "signal";
+  write_file(c + "/summary.json", summary.dump());
+  keel::remove_tree(d);
+
+  ASSERT_EQ(run_keel("sweep " + file + " --dry-run", &log), 0) << log;
+  EXPECT_NE(log.find("rms_lr=1e-3                      resume from step 3"), std::string::npos) << log;
+  EXPECT_NE(log.find("none_lr=1e-3                     completed at step 6"), std::string::npos) << log;
+
+  ASSERT_EQ(run_keel("sweep " + file, &log), 0) << log;
+  EXPECT_NE(log.find("reusing 4 point(s) recorded with identical settings"), std::string::npos) << log;
+  EXPECT_NE(log.find("2 finished (skipped), 1 to resume from checkpoints, 1 to run"), std::string::npos) << log;
+  EXPECT_NE(log.find("start rms_lr=1e-3, resuming at step 3"), std::string::npos) << log;
+  EXPECT_EQ(log.find("start none_lr=1e-3"), std::string::npos) << log;
+  EXPECT_EQ(read_file(a + "/metrics.jsonl"), a_metrics);  // untouched
+  EXPECT_EQ(read_file(a + "/train.log"), a_log);
+  EXPECT_NE(read_file(c + "/train.log").find("resumed from"), std::string::npos);
+  EXPECT_EQ(logged_steps(c), range(1, 6));  // steps 4..6 once, after the resume
+  EXPECT_EQ(read_json(c + "/summary.json")["stopped_by"], "completed");
+  EXPECT_EQ(read_json(d + "/summary.json")["stopped_by"], "completed");
+
+  ASSERT_EQ(run_keel("sweep " + file, &log), 0) << log;
+  EXPECT_NE(log.find("4 finished (skipped), 0 to resume from checkpoints, 0 to run"), std::string::npos) << log;
+  EXPECT_NE(log.find("nothing to run"), std::string::npos) << log;
+  EXPECT_EQ(read_json(out("resume") + "/sweep.json")["sessions"].size(), 3u);
+}
+
+TEST_F(SweepCli, ChangedSweepFileIsRefusedOrItsReuseSpelledOut) {
+  std::string log;
+  ASSERT_EQ(run_keel("sweep " + sweep_file("changed") + " --parallel 2", &log), 0) << log;
+  const std::string before = read_file(out("changed") + "/sweep.json");
+
+  // Longer runs would mix with the finished 6-step ones: refused, exit 2.
+  EXPECT_EQ(run_keel("sweep " + sweep_file("changed", "[1e-3, 1e-2]", ", train.max_steps: 8"), &log), 2) << log;
+  EXPECT_NE(log.find("refusing to run"), std::string::npos) << log;
+  EXPECT_NE(log.find("train.max_steps: 6 -> 8 (4 (all) points"), std::string::npos) << log;
+  EXPECT_EQ(read_file(out("changed") + "/sweep.json"), before);  // nothing touched
+  // The same through --set.
+  EXPECT_EQ(run_keel("sweep " + sweep_file("changed") + " --set train.warmup_steps=2", &log), 2) << log;
+  EXPECT_NE(log.find("train.warmup_steps: 1 -> 2"), std::string::npos) << log;
+  // Even without sweep.json, a point directory's own config.yaml is compared.
+  keel::rename_path(out("changed") + "/sweep.json", g_dir + "/changed-sweep.json");
+  EXPECT_EQ(run_keel("sweep " + sweep_file("changed", "[1e-3, 1e-2]", ", train.max_steps: 8"), &log), 2) << log;
+  EXPECT_NE(log.find("from its config.yaml"), std::string::npos) << log;
+  keel::rename_path(g_dir + "/changed-sweep.json", out("changed") + "/sweep.json");
+
+  // One more LR, one dropped: the finished points are reused, and said so.
+  ASSERT_EQ(run_keel("sweep " + sweep_file("changed", "[1e-2, 3e-2]") + " --parallel 2", &log), 0) << log;
+  EXPECT_NE(log.find("reusing 2 point(s) recorded with identical settings; 2 new"), std::string::npos) << log;
+  EXPECT_NE(log.find("2 point(s) are no longer in the sweep file; kept on disk, left out of the report: none_lr=1e-3 "
+                     "rms_lr=1e-3"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("2 finished (skipped), 0 to resume from checkpoints, 2 to run"), std::string::npos) << log;
+  ASSERT_EQ(run_keel("report " + out("changed") + " --no-plots", &log), 0) << log;
+  const std::string csv = read_file(out("changed") + "/summary.csv");
+  EXPECT_EQ(count_lines(csv), 5u) << csv;
+  EXPECT_EQ(csv.find("lr=1e-3"), std::string::npos) << csv;
+  // Bringing a dropped point back with its old settings is fine too.
+  ASSERT_EQ(run_keel("sweep " + sweep_file("changed", "[1e-3, 1e-2, 3e-2]") + " --dry-run", &log), 0) << log;
+  EXPECT_NE(log.find("6 finished, 0 to run"), std::string::npos) << log;
+}
+
+TEST_F(SweepCli, SweepFileErrorsExitTwoWithFileAndLine) {
+  const std::string path = g_dir + "/bad.yaml";
+  write_file(path, "base: base.yaml\ngrid:\n  train.lr: [1e-3]\n  model.qk_norm.typ: [rms]\n");
+  std::string log;
+  EXPECT_EQ(run_keel("sweep " + path, &log), 2) << log;
+  EXPECT_NE(log.find("grid.model.qk_norm.typ: unknown config key (" + path + ":4); did you mean model.qk_norm.type?"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(run_keel("report " + g_dir, &log), 2) << log;  // not a sweep directory
+  EXPECT_NE(log.find("no sweep.json"), std::string::npos) << log;
+}
+
+TEST_F(SweepCli, DivergedPointsStopAndCountAsInitialLoss) {
+  // Every child sees the injected non-finite loss at step 3: each halts
+  // there (exit 3), which the sweep records as diverged, not failed.
+  const std::string path = g_dir + "/nan.yaml";
+  write_file(path, "base: base.yaml\nout_dir: " + out("nan") + "\ngrid:\n  train.lr: [1e-3, 1e-2]\n");
+  setenv("KEEL_FAULT_INJECT", "nan_loss_at_step:3", 1);
+  std::string log;
+  const int rc = run_keel("sweep " + path, &log);
+  unsetenv("KEEL_FAULT_INJECT");
+  ASSERT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("2/2 done (2 diverged, 0 failed)"), std::string::npos) << log;
+  ASSERT_EQ(run_keel("report " + out("nan") + " --no-plots", &log), 0) << log;
+  const std::string csv = read_file(out("nan") + "/summary.csv");
+  EXPECT_NE(csv.find("lr=1e-3,all,0.001,1337,nonfinite,3,6,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",true,3,non-finite loss or gradient"), std::string::npos) << csv;
+  EXPECT_NE(read_file(out("nan") + "/report.md").find("| all | 2/2 | 2 |"), std::string::npos);
+  EXPECT_NE(read_file(out("nan") + "/report.md").find("all diverged"), std::string::npos);
+}
+
+TEST_F(SweepCli, SignalStopsTheSweepResumably) {
+  const std::string path = g_dir + "/long.yaml";
+  write_file(path, "base: base.yaml\nout_dir: " + out("long") +
+                       "\nset: {train.max_steps: 1000, train.log_every: 20, train.eval_every: 0, checkpoint.every: 0,"
+                       " monitor.every: 0}\ngrid:\n  train.lr: [1e-3, 2e-3]\n");
+  const std::string log_path = g_dir + "/long.log";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    freopen(log_path.c_str(), "w", stdout);
+    freopen(log_path.c_str(), "a", stderr);
+    execl(KEEL_BINARY, "keel", "sweep", path.c_str(), "--parallel", "2", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until both points have logged a few steps, then SIGTERM the sweep.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  auto logged = [&](const std::string& p) {
+    return keel::path_exists(out("long") + "/" + p + "/metrics.jsonl") &&
+           !read_file(out("long") + "/" + p + "/metrics.jsonl").empty();
+  };
+  while (!(logged("lr=1e-3") && logged("lr=2e-3")) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const std::string log = read_file(log_path);
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  ASSERT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << log;
+  EXPECT_NE(log.find("re-run the same command to continue"), std::string::npos) << log;
+  std::string dry;
+  ASSERT_EQ(run_keel("sweep " + path + " --dry-run", &dry), 0) << dry;
+  EXPECT_NE(dry.find("2 to run (2 resuming)"), std::string::npos) << log << dry;
+  for (const char* p : {"lr=1e-3", "lr=2e-3"})
+    EXPECT_EQ(read_json(out("long") + "/" + p + "/summary.json")["stopped_by"], "signal") << log;
+  // Finishing is cheap: the same command with fewer steps would be refused,
+  // so let the resumed points run to their end.
+  std::string rest;
+  ASSERT_EQ(run_keel("sweep " + path + " --parallel 2", &rest), 0) << rest;
+  for (const char* p : {"lr=1e-3", "lr=2e-3"}) {
+    EXPECT_EQ(read_json(out("long") + "/" + p + "/summary.json")["stopped_by"], "completed") << rest;
+    auto steps = logged_steps(out("long") + "/" + p);
+    std::vector<int64_t> expected;
+    for (int64_t s = 20; s <= 1000; s += 20) expected.push_back(s);
+    // The stop step (not a multiple of 20) is logged too.
+    steps.erase(std::remove_if(steps.begin(), steps.end(), [](int64_t s) { return s % 20 != 0; }), steps.end());
+    EXPECT_EQ(steps, expected) << p;
+  }
+}

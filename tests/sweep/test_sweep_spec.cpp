@@ -1,0 +1,173 @@
+// Sweep files: grid expansion, point names, errors with file:line, and the
+// manifest comparison that decides what a re-run may reuse.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "checkpoint/posix_io.h"
+#include "sweep/sweep_manifest.h"
+#include "sweep/sweep_spec.h"
+#include "test_util.h"
+
+namespace {
+
+class SweepSpecTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = keel_test::make_temp_dir("sweep_spec");
+    keel_test::write_file(dir_ + "/base.yaml",
+                          "model: {d_model: 32, n_layers: 1, n_heads: 2, n_kv_heads: 1}\n"
+                          "train: {max_steps: 10, warmup_steps: 2, lr: 1e-3, min_lr: 1e-5}\n");
+  }
+  void TearDown() override { keel::remove_tree(dir_); }
+
+  std::string write_sweep(const std::string& text) {
+    const std::string path = dir_ + "/sweep.yaml";
+    keel_test::write_file(path, text);
+    return path;
+  }
+
+  // The error text of loading `text`, or "" if it loads.
+  std::string error_of(const std::string& text) {
+    try {
+      keel::expand_grid(keel::load_sweep_spec(write_sweep(text)));
+    } catch (const keel::ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  std::string dir_;
+};
+
+std::vector<std::string> names(const std::vector<keel::SweepPoint>& points) {
+  std::vector<std::string> out;
+  for (const auto& p : points) out.push_back(p.name);
+  return out;
+}
+
+TEST_F(SweepSpecTest, ExpandsVariantsTimesGridTimesSeedsInFileOrder) {
+  auto spec = keel::load_sweep_spec(write_sweep(
+      "base: base.yaml\n"
+      "set: {train: {max_steps: 20}, monitor.every: 5}\n"
+      "variants:\n"
+      "  none: {model.qk_norm.type: none}\n"
+      "  rms-proj: {model: {qk_norm: {type: rms, scope: projection}}}\n"
+      "grid:\n"
+      "  train.lr: [1e-3, 3e-2]\n"
+      "seeds: [1, 2]\n"));
+  EXPECT_EQ(spec.base_config, dir_ + "/base.yaml");  // relative to the sweep file
+  EXPECT_EQ(spec.name, "sweep");
+  EXPECT_EQ(spec.out_dir, "runs/sweeps/sweep");
+  auto points = keel::expand_grid(spec);
+  ASSERT_EQ(points.size(), 8u);
+  EXPECT_EQ(names(points), (std::vector<std::string>{
+                               "none_lr=1e-3_seed=1", "none_lr=1e-3_seed=2", "none_lr=3e-2_seed=1",
+                               "none_lr=3e-2_seed=2", "rms-proj_lr=1e-3_seed=1", "rms-proj_lr=1e-3_seed=2",
+                               "rms-proj_lr=3e-2_seed=1", "rms-proj_lr=3e-2_seed=2"}));
+  const auto& p = points[6];  // rms-proj, lr 3e-2, seed 1
+  EXPECT_EQ(p.config.model.qk_norm.type, "rms");
+  EXPECT_EQ(p.config.model.qk_norm.scope, "projection");
+  EXPECT_DOUBLE_EQ(p.config.train.lr, 3e-2);
+  EXPECT_EQ(p.config.run.seed, 1);
+  EXPECT_EQ(p.config.train.max_steps, 20);       // from set
+  EXPECT_EQ(p.config.monitor.every, 5);          // dotted key in set
+  EXPECT_TRUE(p.config.monitor.stop_on_divergence);  // early_stop defaults to true
+  EXPECT_EQ(p.config.model.d_model, 32);         // from the base
+  EXPECT_EQ(points[0].config.model.qk_norm.type, "none");
+  EXPECT_EQ(p.labels.at("variant"), "rms-proj");
+  EXPECT_EQ(p.labels.at("train.lr"), "3e-2");
+  // The overrides are what the child `keel train` gets: they give the same config.
+  auto again = keel::load_config(spec.base_config, p.overrides);
+  EXPECT_EQ(keel::config_to_yaml(again), keel::config_to_yaml(p.config));
+}
+
+TEST_F(SweepSpecTest, NamesLeaveOutASingleSeedAndDisambiguateShortNames) {
+  auto points = keel::expand_grid(keel::load_sweep_spec(write_sweep(
+      "base: base.yaml\nname: x\nout_dir: /tmp/x\nearly_stop: false\nseeds: [7]\n"
+      "grid:\n  model.qk_norm.eps: [1e-6]\n  model.norm_eps: [1e-5, 1e-6]\n  train.eps: [1e-8]\n")));
+  ASSERT_EQ(points.size(), 2u);
+  // "eps" is the last component of two keys: those use the full key.
+  EXPECT_EQ(points[0].name, "model.qk_norm.eps=1e-6_norm_eps=1e-5_train.eps=1e-8");
+  EXPECT_EQ(points[0].config.run.seed, 7);
+  EXPECT_FALSE(points[0].config.monitor.stop_on_divergence);
+}
+
+TEST_F(SweepSpecTest, ErrorsNameTheKeyAndTheLine) {
+  // Line 3: a typo in a grid key.
+  std::string e = error_of("base: base.yaml\ngrid:\n  train.lrr: [1e-3]\n");
+  EXPECT_NE(e.find("grid.train.lrr: unknown config key"), std::string::npos) << e;
+  EXPECT_NE(e.find("sweep.yaml:3"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean train.lr?"), std::string::npos) << e;
+  // Line 4: a value of the wrong type, inside a variant.
+  e = error_of("base: base.yaml\nvariants:\n  a:\n    model.qk_norm.type: rmss\ngrid: {train.lr: [1e-3]}\n");
+  EXPECT_NE(e.find("model.qk_norm.type"), std::string::npos) << e;
+  EXPECT_NE(e.find("sweep.yaml:4"), std::string::npos) << e;
+  e = error_of("base: base.yaml\ngrid:\n  train.lr: [1e-3, fast]\n");
+  EXPECT_NE(e.find("train.lr: expected a number, got 'fast'"), std::string::npos) << e;
+  EXPECT_NE(e.find("sweep.yaml:3"), std::string::npos) << e;
+  e = error_of("base: base.yaml\ngrid:\n  train.lr: 1e-3\n");
+  EXPECT_NE(e.find("grid.train.lr: expected a non-empty list"), std::string::npos) << e;
+  e = error_of("base: base.yaml\ngrid:\n  run.name: [a, b]\n");
+  EXPECT_NE(e.find("is set by keel sweep"), std::string::npos) << e;
+  e = error_of("base: base.yaml\ngird:\n  train.lr: [1e-3]\n");
+  EXPECT_NE(e.find("gird: unknown sweep key (" + dir_ + "/sweep.yaml:2); did you mean grid?"), std::string::npos) << e;
+  e = error_of("grid:\n  train.lr: [1e-3]\n");
+  EXPECT_NE(e.find("base: required"), std::string::npos) << e;
+  e = error_of("base: missing.yaml\ngrid:\n  train.lr: [1e-3]\n");
+  EXPECT_NE(e.find("cannot open " + dir_ + "/missing.yaml"), std::string::npos) << e;
+  e = error_of("base: base.yaml\ngrid:\n  train.lr: [1e-3, 1e-3]\n");
+  EXPECT_NE(e.find("listed twice"), std::string::npos) << e;
+  e = error_of("base: base.yaml\nset: {train.lr: 1e-2}\ngrid:\n  train.lr: [1e-3]\n");
+  EXPECT_NE(e.find("set.train.lr: is also an axis"), std::string::npos) << e;
+  // Cross-key problems of a point's resolved config name the points.
+  e = error_of("base: base.yaml\ngrid:\n  train.lr: [1e-6, 1e-3]\n");
+  EXPECT_NE(e.find("train.min_lr: floor exceeds the peak train.lr"), std::string::npos) << e;
+  EXPECT_NE(e.find("points: lr=1e-6"), std::string::npos) << e;
+  EXPECT_EQ(e.find("lr=1e-3]"), std::string::npos) << e;
+  // All problems at once.
+  e = error_of("base: base.yaml\nset: {train.foo: 1}\ngrid:\n  train.lrr: [1e-3]\n");
+  EXPECT_NE(e.find("set.train.foo"), std::string::npos) << e;
+  EXPECT_NE(e.find("grid.train.lrr"), std::string::npos) << e;
+}
+
+TEST_F(SweepSpecTest, ManifestReusesSameSettingsAndNamesEveryChange) {
+  const std::string text = "base: base.yaml\nvariants: {a: {}, b: {model.qk_norm.type: rms}}\n"
+                           "grid:\n  train.lr: [1e-3, 1e-2]\n";
+  auto spec = keel::load_sweep_spec(write_sweep(text));
+  auto points = keel::expand_grid(spec);
+  auto manifest = keel::make_manifest(spec, points, nlohmann::json::object());
+  // Stored compactly, reconstructed exactly.
+  EXPECT_EQ(keel::manifest_point_config(manifest, "b_lr=1e-2"), keel::result_config(points[3].config));
+
+  auto same = keel::reconcile(manifest, points);
+  EXPECT_TRUE(same.conflicts.empty());
+  EXPECT_EQ(same.reused.size(), 4u);
+
+  // Thread count and checkpoint cadence do not change results.
+  auto neutral = keel::expand_grid(keel::load_sweep_spec(write_sweep(text), {"checkpoint.every=7"}));
+  EXPECT_TRUE(keel::reconcile(manifest, neutral).conflicts.empty());
+
+  // A longer run changes every point.
+  auto longer = keel::expand_grid(keel::load_sweep_spec(write_sweep(text), {"train.max_steps=20"}));
+  auto r = keel::reconcile(manifest, longer);
+  ASSERT_EQ(r.conflicts.size(), 1u);
+  EXPECT_NE(r.conflicts[0].find("train.max_steps: 10 -> 20 (4 (all) points"), std::string::npos) << r.conflicts[0];
+
+  // A changed variant definition changes its points only; a new LR adds points;
+  // a dropped one is retired.
+  auto changed = keel::expand_grid(keel::load_sweep_spec(write_sweep(
+      "base: base.yaml\nvariants: {a: {}, b: {model.qk_norm.type: l2}}\ngrid:\n  train.lr: [1e-3, 3e-2]\n")));
+  r = keel::reconcile(manifest, changed);
+  ASSERT_EQ(r.conflicts.size(), 1u);
+  EXPECT_NE(r.conflicts[0].find("model.qk_norm.type: rms -> l2 (1 point: b_lr=1e-3)"), std::string::npos)
+      << r.conflicts[0];
+  EXPECT_EQ(r.reused, (std::vector<std::string>{"a_lr=1e-3"}));
+  EXPECT_EQ(r.added, (std::vector<std::string>{"a_lr=3e-2", "b_lr=3e-2"}));
+  EXPECT_EQ(r.retired, (std::vector<std::string>{"a_lr=1e-2", "b_lr=1e-2"}));
+  // Retired points stay in the next manifest, inactive, with their settings.
+  auto next = keel::make_manifest(spec, changed, manifest);
+  EXPECT_EQ(keel::manifest_point_config(next, "b_lr=1e-2"), keel::result_config(points[3].config));
+}
+
+}  // namespace
