@@ -7,6 +7,7 @@
 #include "config/config.h"
 #include "model/norm.h"
 #include "model/rope.h"
+#include "model/sigma_reparam.h"
 
 namespace keel {
 
@@ -29,28 +30,48 @@ class AttentionImpl : public torch::nn::Module {
 
   // Scale applied to q.k (ignored for l2, where the temperature replaces it).
   double score_scale() const { return scale_; }
-  bool uses_fast_path() const { return !softcap_; }
+  bool uses_fast_path() const { return !softcap_ && !clamp_ && !track_head_max; }
+
+  // QK-clip needs each head's largest logit of the step: while set, training
+  // forwards take the explicit path and keep the running per-head maximum of
+  // |score| in head_max ([n_heads], on the device; reset it to undefined at
+  // the start of a step).
+  bool track_head_max = false;
+  torch::Tensor head_max;
+  int64_t n_heads() const { return n_heads_; }
+  int64_t n_kv_heads() const { return n_kv_heads_; }
 
   torch::Tensor wq, wk, wv, wo;          // [out, in]
   torch::Tensor bq, bk, bv, bo;          // undefined without model.bias
   Norm q_norm{nullptr}, k_norm{nullptr}; // QK-Norm (null when type is none)
+  Norm qkv_norm{nullptr};                // model.qkv_norm: over the concatenated q, k, v outputs
   torch::Tensor temperature;             // l2: [1] or [n_heads]
+  // model.sigma_reparam: wq_sigma ... wo_sigma (null when off).
+  SigmaReparam wq_sigma{nullptr}, wk_sigma{nullptr}, wv_sigma{nullptr}, wo_sigma{nullptr};
 
  private:
   torch::Tensor normalize_qk(const torch::Tensor& t, Norm& norm);
   int64_t n_heads_, n_kv_heads_, head_dim_;
   bool rope_;
-  std::string qk_type_, qk_scope_, qk_position_;
+  std::string qk_type_, qk_position_;
+  int64_t q_groups_ = 1, k_groups_ = 1;  // QK-Norm: heads normalised together, n_heads/q_groups_ at a time
   double scale_;
-  c10::optional<double> softcap_;
+  c10::optional<double> softcap_, clamp_;
 };
 TORCH_MODULE(Attention);
 
 // The explicit (non-fused) attention on [B, H, T, D] queries and [B, Hkv, T, D]
-// keys/values; used when a softcap is set or statistics are requested, and as
-// the reference the fused path is tested against.
+// keys/values; used when a softcap or clamp is set, statistics are
+// requested or QK-clip tracks logits, and as the reference the fused path is
+// tested against. `clamp` clips scores to [-c, c] after the softcap.
+// head_max (optional): set to the per-head max |score| before cap and clamp.
 torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                 double scale, c10::optional<double> softcap, AttentionStats* stats);
+                                 double scale, c10::optional<double> softcap, AttentionStats* stats,
+                                 c10::optional<double> clamp = c10::nullopt, torch::Tensor* head_max = nullptr);
+
+// Linear layer with an optional sigmaReparam scale on its weight.
+torch::Tensor reparam_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                             const SigmaReparam& sigma);
 
 double henry_temperature(int64_t seq_len);  // log2(L^2 - L), Henry et al. 2020
 

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "model/sigma_reparam.h"
+
 namespace keel {
 
 namespace {
@@ -35,7 +37,8 @@ double initial_temperature(const ModelConfig& cfg) {
 }  // namespace
 
 // Rules by parameter name (names are fixed by the modules in transformer.cpp):
-//   *norm*.weight -> 1, *norm*.bias and other biases -> 0,
+//   *norm*.weight -> 1 (0 with model.norm_unit_offset, whose gain is 1 + w),
+//   *norm*.bias and other biases -> 0,
 //   *temperature  -> qk_norm.temperature_init (or Henry et al.'s log2(L^2-L)),
 //   wo, w_down -> std / sqrt(2 n_layers) when depth_scaled,
 //   every other weight (embeddings, projections, head) -> N(0, std).
@@ -48,10 +51,12 @@ void init_weights(Transformer& model, const ModelConfig& cfg, uint64_t seed) {
     const std::string& name = item.key();
     torch::Tensor& p = item.value();
     if (name.find("norm") != std::string::npos) {
-      if (ends_with(name, "weight")) p.fill_(1.0);
+      if (ends_with(name, "weight")) p.fill_(cfg.norm_unit_offset ? 0.0 : 1.0);
       else p.zero_();
     } else if (ends_with(name, "temperature")) {
       p.fill_(initial_temperature(cfg));
+    } else if (ends_with(name, "_sigma.gamma")) {
+      p.fill_(1.0);  // sigmaReparam's gamma (model/sigma_reparam.h)
     } else if (ends_with(name, "bias")) {
       p.zero_();
     } else if (ends_with(name, "wo") || ends_with(name, "w_down")) {
@@ -65,6 +70,15 @@ void init_weights(Transformer& model, const ModelConfig& cfg, uint64_t seed) {
       item.value().fill_(initial_temperature(cfg));
     }
   }
+  // sigmaReparam's power-iteration vectors: seeded unit vectors, drawn after
+  // every parameter so turning it on does not change the weights.
+  uint64_t k = 0;
+  for (auto& item : model->named_modules("", false))
+    if (auto* s = item.value()->as<SigmaReparamImpl>()) init_sigma_reparam(*s, seed * 1000003ull + ++k);
+  // A random u, v can give u^T W v near 0 (and a huge 1/sigma): converge them
+  // before the first forward; training then adds one step per optimizer step.
+  if (k > 0)
+    for (int i = 0; i < 20; ++i) sigma_reparam_power_step(*model);
 }
 
 Transformer build_model(const ModelConfig& cfg, uint64_t seed, torch::Device device) {

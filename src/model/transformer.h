@@ -14,13 +14,17 @@
 
 namespace keel {
 
+// swiglu: down(silu(gate x) * up x); geglu_tanh: down(gelu_tanh(gate x) * up x)
+// (Gemma's gelu_pytorch_tanh); gelu: down(gelu(up x)) with the exact erf GELU.
 class MlpImpl : public torch::nn::Module {
  public:
   explicit MlpImpl(const ModelConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x);
-  bool swiglu;
+  bool gated;                          // swiglu and geglu_tanh
+  std::string kind;                    // model.mlp
   torch::Tensor w_gate, w_up, w_down;  // gelu uses w_up and w_down only
   torch::Tensor b_gate, b_up, b_down;
+  SigmaReparam w_gate_sigma{nullptr}, w_up_sigma{nullptr}, w_down_sigma{nullptr};  // model.sigma_reparam
 };
 TORCH_MODULE(Mlp);
 
@@ -36,6 +40,7 @@ class BlockImpl : public torch::nn::Module {
   Attention attn{nullptr};
   Mlp mlp{nullptr};
   // pre/post/reordered use attn_norm and mlp_norm; sandwich adds the *_post_norm pair.
+  // With model.qkv_norm there is no attn_norm (the attention normalises its QKV output).
   Norm attn_norm{nullptr}, mlp_norm{nullptr}, attn_post_norm{nullptr}, mlp_post_norm{nullptr};
 };
 TORCH_MODULE(Block);

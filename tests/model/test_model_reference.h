@@ -71,6 +71,8 @@ inline void perturb(keel::Transformer& m, uint64_t seed = 7) {
       else p.add_(0.2 * noise(p));
     } else if (ends_with(name, "temperature")) {
       p.add_(noise(p).abs());
+    } else if (ends_with(name, "_sigma.gamma")) {  // sigmaReparam's gamma, away from 1
+      p.add_(0.2 * noise(p));
     } else if (ends_with(name, "bias")) {
       p.add_(0.1 * noise(p));
     }
@@ -142,8 +144,13 @@ inline Tensor ref_norm(const Tensor& x, const std::string& kind, const Tensor& w
   return y;
 }
 
+// The gain a norm applies: w, or 1 + w in Gemma's form (model.norm_unit_offset).
+inline Tensor ref_gain(const Tensor& w, const keel::ModelConfig& cfg) {
+  return w.defined() && cfg.norm_unit_offset ? w + 1.0 : w;
+}
+
 inline Tensor ref_block_norm(const Tensor& x, keel::Norm& n, const keel::ModelConfig& cfg) {
-  return ref_norm(x, cfg.norm, n->weight, n->bias, cfg.norm_eps);
+  return ref_norm(x, cfg.norm, ref_gain(n->weight, cfg), n->bias, cfg.norm_eps);
 }
 
 // Rotate-half RoPE: dimension i pairs with i + D/2, rotated by angle cos/sin[t, i].
@@ -163,21 +170,40 @@ struct RefAttentionTrace {
   Tensor q, k;                 // [B, T, heads, D] after QK-Norm and RoPE (before temperature)
 };
 
+// sigmaReparam (Zhai et al. 2023): W * gamma / (u^T W v), with the module's u, v.
+inline Tensor ref_weight(const Tensor& w, const keel::SigmaReparam& s) {
+  if (!s) return w;
+  auto sigma = torch::dot(s->u.to(w.scalar_type()), torch::mv(w, s->v.to(w.scalar_type())));
+  return w * s->gamma.to(w.scalar_type()) / sigma;
+}
+
 // One attention layer from its parameters; query head h reads kv head h / (H / Hkv).
 inline Tensor ref_attention(const Tensor& x, keel::AttentionImpl& a, const keel::ModelConfig& cfg,
                             RefAttentionTrace* trace = nullptr) {
   const int64_t B = x.size(0), T = x.size(1), H = cfg.n_heads, Hkv = cfg.n_kv_heads,
                 D = cfg.d_model / cfg.n_heads;
-  auto q = ref_linear(x, a.wq, a.bq).view({B, T, H, D});
-  auto k = ref_linear(x, a.wk, a.bk).view({B, T, Hkv, D});
-  auto v = ref_linear(x, a.wv, a.bv).view({B, T, Hkv, D});
+  auto q = ref_linear(x, ref_weight(a.wq, a.wq_sigma), a.bq);
+  auto k = ref_linear(x, ref_weight(a.wk, a.wk_sigma), a.bk);
+  auto v = ref_linear(x, ref_weight(a.wv, a.wv_sigma), a.bv);
+  if (cfg.qkv_norm != "none") {  // Rybakov et al.: one norm over the fused QKV output
+    auto qkv = ref_norm(torch::cat({q, k, v}, -1), cfg.qkv_norm == "rms" ? "rms" : "layernorm",
+                        ref_gain(a.qkv_norm->weight, cfg), a.qkv_norm->bias, cfg.norm_eps);
+    q = qkv.narrow(-1, 0, H * D), k = qkv.narrow(-1, H * D, Hkv * D), v = qkv.narrow(-1, (H + Hkv) * D, Hkv * D);
+  }
+  q = q.reshape({B, T, H, D}), k = k.reshape({B, T, Hkv, D}), v = v.reshape({B, T, Hkv, D});
   const auto& qc = cfg.qk_norm;
   auto qkn = [&](const Tensor& t, keel::Norm& n) -> Tensor {
     if (qc.type == "none") return t;
     const int64_t heads = t.size(2);
+    if (qc.scope == "group") {  // heads/G consecutive heads normalised together
+      const int64_t G = heads == H ? qc.groups : std::min(qc.groups, Hkv);
+      return ref_norm(t.reshape({B, T, G, heads / G * D}), qc.type, ref_gain(n->weight, cfg), n->bias, qc.eps)
+          .view({B, T, heads, D});
+    }
     if (qc.scope == "projection")
-      return ref_norm(t.reshape({B, T, heads * D}), qc.type, n->weight, n->bias, qc.eps).view({B, T, heads, D});
-    return ref_norm(t, qc.type, n->weight, n->bias, qc.eps);  // gain [D] or [heads, D] broadcasts
+      return ref_norm(t.reshape({B, T, heads * D}), qc.type, ref_gain(n->weight, cfg), n->bias, qc.eps)
+          .view({B, T, heads, D});
+    return ref_norm(t, qc.type, ref_gain(n->weight, cfg), n->bias, qc.eps);  // gain [D] or [heads, D] broadcasts
   };
   auto tables = keel::make_rope_tables(T, D, cfg.rope_theta, torch::kCPU);
   const bool before = qc.position == "before_rope";
@@ -202,6 +228,7 @@ inline Tensor ref_attention(const Tensor& x, keel::AttentionImpl& a, const keel:
     }
     if (trace) trace->scores.push_back(s);
     if (cfg.attn_softcap) s = *cfg.attn_softcap * torch::tanh(s / *cfg.attn_softcap);
+    if (cfg.attn_logit_clamp) s = s.clamp(-*cfg.attn_logit_clamp, *cfg.attn_logit_clamp);
     // Explicit softmax over the allowed keys.
     auto m = std::get<0>(s.masked_fill(allowed.logical_not(), -1e300).max(-1, true));
     auto e = torch::exp(s - m) * allowed.to(s.scalar_type());
@@ -210,19 +237,26 @@ inline Tensor ref_attention(const Tensor& x, keel::AttentionImpl& a, const keel:
     heads.push_back(torch::matmul(p, vh));  // [B, T, D]
   }
   auto y = torch::stack(heads, 2).reshape({B, T, H * D});
-  return ref_linear(y, a.wo, a.bo);
+  return ref_linear(y, ref_weight(a.wo, a.wo_sigma), a.bo);
 }
 
 inline Tensor ref_mlp(const Tensor& x, keel::MlpImpl& m, const keel::ModelConfig& cfg) {
   Tensor h;
+  const auto w_gate = m.w_gate.defined() ? ref_weight(m.w_gate, m.w_gate_sigma) : Tensor();
+  const auto w_up = ref_weight(m.w_up, m.w_up_sigma), w_down = ref_weight(m.w_down, m.w_down_sigma);
   if (cfg.mlp == "swiglu") {
-    auto g = ref_linear(x, m.w_gate, m.b_gate);
-    h = g / (1.0 + torch::exp(-g)) * ref_linear(x, m.w_up, m.b_up);  // silu(g) * up
+    auto g = ref_linear(x, w_gate, m.b_gate);
+    h = g / (1.0 + torch::exp(-g)) * ref_linear(x, w_up, m.b_up);  // silu(g) * up
+  } else if (cfg.mlp == "geglu_tanh") {
+    // Gemma's gelu_pytorch_tanh: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), times up.
+    auto g = ref_linear(x, w_gate, m.b_gate);
+    const double c = std::sqrt(2.0 / M_PI);
+    h = 0.5 * g * (1.0 + torch::tanh(c * (g + 0.044715 * g.pow(3)))) * ref_linear(x, w_up, m.b_up);
   } else {
-    auto u = ref_linear(x, m.w_up, m.b_up);
+    auto u = ref_linear(x, w_up, m.b_up);
     h = 0.5 * u * (1.0 + torch::erf(u / std::sqrt(2.0)));  // exact (erf) GELU
   }
-  return ref_linear(h, m.w_down, m.b_down);
+  return ref_linear(h, w_down, m.b_down);
 }
 
 // Logits [B, T, padded_vocab]; padded ids -inf. `traces` gets one entry per layer.
@@ -234,7 +268,7 @@ inline Tensor ref_forward(keel::Transformer& model, const Tensor& idx,
   auto x = model->wte.index_select(0, idx.reshape({-1})).view({B, T, C});
   if (cfg.embed_norm == "scale_sqrt_d") x = x * std::sqrt(static_cast<double>(C));
   else if (cfg.embed_norm == "layernorm")
-    x = ref_norm(x, "layernorm", model->embed_norm->weight, model->embed_norm->bias, cfg.norm_eps);
+    x = ref_norm(x, "layernorm", ref_gain(model->embed_norm->weight, cfg), model->embed_norm->bias, cfg.norm_eps);
   else if (cfg.embed_norm == "rmsnorm") x = ref_norm(x, "rms", Tensor(), Tensor(), cfg.norm_eps);
   if (traces) traces->assign(cfg.n_layers, RefAttentionTrace{});
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
@@ -243,8 +277,8 @@ inline Tensor ref_forward(keel::Transformer& model, const Tensor& idx,
     auto M = [&](const Tensor& t) { return ref_mlp(t, *b->mlp, cfg); };
     auto N = [&](const Tensor& t, keel::Norm& n) { return ref_block_norm(t, n, cfg); };
     const std::string& p = cfg.norm_placement;
-    if (p == "pre") {  // x + f(norm(x))
-      auto h = x + A(N(x, b->attn_norm));
+    if (p == "pre") {  // x + f(norm(x)); with QKV-norm the attention input is not normalised
+      auto h = x + A(cfg.qkv_norm != "none" ? x : N(x, b->attn_norm));
       x = h + M(N(h, b->mlp_norm));
     } else if (p == "post") {  // norm(x + f(x))
       auto h = N(x + A(x), b->attn_norm);

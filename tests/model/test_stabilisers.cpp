@@ -1,0 +1,193 @@
+// The other attention-logit stabilisers (issue 11): QKV-norm, hard logit
+// clamping, sigmaReparam and grouped QK-Norm each equal the fp64 reference
+// forward (test_model_reference.h); grouped scope reduces to head and
+// projection scope at its ends; the clamp bounds what it promises; the power
+// iteration finds the largest singular value; QK-clip brings every head's
+// logit to at most tau and leaves the others alone.
+#include "test_model_reference.h"
+
+#include "model/sigma_reparam.h"
+#include "train/qk_clip.h"
+
+using namespace keel_model_test;
+
+namespace {
+
+// tol: relative; the explicit attention path (softcap, clamp) computes its
+// scores and softmax in fp32 even in an fp64 model.
+void expect_matches_reference(const keel::ModelConfig& cfg, const std::string& what, double tol = 1e-9) {
+  auto model = make_model(cfg, 5);
+  perturb(model);
+  auto idx = random_tokens(cfg, 2, 12);
+  torch::NoGradGuard no_grad;
+  auto got = model->forward(idx);
+  auto want = ref_forward(model, idx);
+  EXPECT_LT(max_abs_diff(got, want), tol * std::max(1.0, max_abs(want))) << what;
+}
+
+keel::Transformer copy_params(keel::Transformer& src, const keel::ModelConfig& cfg) {
+  auto m = make_model(cfg, 99);
+  auto p = src->named_parameters(true);
+  auto b = src->named_buffers(true);
+  torch::NoGradGuard no_grad;
+  for (auto& item : m->named_parameters(true)) item.value().copy_(p[item.key()]);
+  for (auto& item : m->named_buffers(true)) item.value().copy_(b[item.key()]);
+  return m;
+}
+
+keel::ModelConfig gqa_config() {
+  auto cfg = tiny_config();
+  cfg.n_heads = 4;
+  cfg.n_kv_heads = 2;
+  return cfg;
+}
+
+}  // namespace
+
+TEST(Stabilisers, QkvNormEqualsReference) {
+  for (const char* kind : {"rms", "layernorm"}) {
+    auto cfg = gqa_config();
+    cfg.qkv_norm = kind;
+    cfg.bias = std::string(kind) == "layernorm";
+    expect_matches_reference(cfg, std::string("qkv_norm ") + kind);
+    // The block has no pre-attention norm: QKV-norm replaces it.
+    EXPECT_FALSE(block(make_model(cfg), 0)->attn_norm);
+  }
+}
+
+TEST(Stabilisers, LogitClampEqualsReferenceAndBoundsScores) {
+  auto cfg = gqa_config();
+  cfg.attn_logit_clamp = 0.5;
+  expect_matches_reference(cfg, "clamp 0.5", 1e-5);
+  cfg.attn_softcap = 2.0;  // composes with the softcap: cap, then clamp
+  expect_matches_reference(cfg, "softcap 2 + clamp 0.5", 1e-5);
+
+  auto model = make_model(cfg, 5);
+  {  // make raw scores large, then check the clamped ones
+    torch::NoGradGuard no_grad;
+    for (size_t l = 0; l < model->blocks->size(); ++l) block(model, l)->attn->wq.mul_(30.0);
+  }
+  std::vector<keel::AttentionStats> st;
+  keel::ForwardOptions o;
+  o.attention_stats = &st;
+  torch::NoGradGuard no_grad;
+  model->forward(random_tokens(cfg, 2, 12), o);
+  EXPECT_GT(st[0].max_score.item<double>(), 0.5);
+  EXPECT_LE(st[0].max_score_capped.item<double>(), 0.5 + 1e-12);
+}
+
+TEST(Stabilisers, SigmaReparamEqualsReference) {
+  for (const char* mlp : {"swiglu", "gelu"}) {
+    auto cfg = gqa_config();
+    cfg.sigma_reparam = true;
+    cfg.mlp = mlp;
+    expect_matches_reference(cfg, std::string("sigma_reparam ") + mlp);
+  }
+}
+
+TEST(Stabilisers, SigmaReparamGammaLearnsAndVectorsAreBuffers) {
+  auto cfg = gqa_config();
+  cfg.sigma_reparam = true;
+  auto model = make_model(cfg, 5, torch::kFloat32);
+  auto params = model->named_parameters(true);
+  auto buffers = model->named_buffers(true);
+  ASSERT_TRUE(params.contains("blocks.0.attn.wq_sigma.gamma"));
+  EXPECT_TRUE(buffers.contains("blocks.0.attn.wq_sigma.u"));  // saved with the weights, not trained
+  EXPECT_TRUE(buffers.contains("blocks.1.mlp.w_down_sigma.v"));
+  EXPECT_DOUBLE_EQ(params["blocks.0.attn.wq_sigma.gamma"].item<double>(), 1.0);
+  EXPECT_NEAR(buffers["blocks.0.attn.wq_sigma.u"].norm().item<double>(), 1.0, 1e-6);
+  auto idx = random_tokens(cfg, 2, 12);
+  auto loss = model->forward(idx).narrow(-1, 0, cfg.vocab_size).logsumexp(-1).mean();
+  loss.backward();
+  EXPECT_GT(params["blocks.0.attn.wq_sigma.gamma"].grad().abs().item<double>(), 0.0);
+  // The same seed with sigma_reparam off gives the same weights.
+  auto off = gqa_config();
+  auto plain = make_model(off, 5, torch::kFloat32);
+  EXPECT_TRUE(torch::equal(plain->named_parameters(true)["blocks.0.attn.wq"], params["blocks.0.attn.wq"]));
+}
+
+TEST(Stabilisers, PowerIterationFindsTheLargestSingularValue) {
+  // W = Q1 diag(5, 3, 1, 0.5) Q2^T with random orthogonal Q1 (6x4) and Q2 (4x4).
+  torch::manual_seed(0);
+  auto q1 = std::get<0>(torch::linalg_qr(torch::randn({6, 4})));
+  auto q2 = std::get<0>(torch::linalg_qr(torch::randn({4, 4})));
+  auto w = torch::matmul(torch::matmul(q1, torch::diag(torch::tensor({5.0f, 3.0f, 1.0f, 0.5f}))), q2.t());
+  keel::SigmaReparam s(6, 4);
+  keel::init_sigma_reparam(*s, 42);
+  const double first = s->sigma(w).item<double>();
+  for (int i = 0; i < 40; ++i) s->power_step(w);
+  EXPECT_NEAR(s->sigma(w).item<double>(), 5.0, 1e-4) << "started at " << first;
+  // scale() = gamma / sigma: the reparametrised weight has spectral norm gamma.
+  torch::NoGradGuard no_grad;
+  s->gamma.fill_(2.0);
+  auto top = torch::linalg_matrix_norm(w * s->scale(w), 2).item<double>();
+  EXPECT_NEAR(top, 2.0, 1e-3);
+}
+
+TEST(Stabilisers, GroupedQkNormEndsEqualHeadAndProjectionScope) {
+  for (const char* type : {"rms", "layernorm"}) {
+    auto base = gqa_config();
+    base.qk_norm.type = type;
+    // One group = the whole projection (OLMo 2).
+    auto group = base, proj = base;
+    group.qk_norm.scope = "group";
+    group.qk_norm.groups = 1;
+    proj.qk_norm.scope = "projection";
+    auto g_model = make_model(group, 5);
+    perturb(g_model);
+    auto p_model = copy_params(g_model, proj);
+    auto idx = random_tokens(base, 2, 12);
+    torch::NoGradGuard no_grad;
+    EXPECT_LT(max_abs_diff(g_model->forward(idx), p_model->forward(idx)), 1e-12) << type << ", 1 group";
+    // n_heads groups = head scope (Qwen3), shared and per-head gains.
+    for (bool per_head : {false, true}) {
+      auto g2 = base, head = base;
+      g2.qk_norm.scope = "group";
+      g2.qk_norm.groups = base.n_heads;
+      g2.qk_norm.gain_per_head = head.qk_norm.gain_per_head = per_head;
+      head.qk_norm.scope = "head";
+      auto gm = make_model(g2, 5);
+      perturb(gm);
+      auto hm = copy_params(gm, head);
+      EXPECT_LT(max_abs_diff(gm->forward(idx), hm->forward(idx)), 1e-12) << type << ", n_heads groups";
+    }
+    // In between (2 groups of 2 query heads; keys 2 groups of 1): the reference.
+    auto mid = base;
+    mid.qk_norm.scope = "group";
+    mid.qk_norm.groups = 2;
+    expect_matches_reference(mid, std::string(type) + ", 2 groups");
+  }
+}
+
+TEST(Stabilisers, QkClipBringsEveryHeadToTau) {
+  auto cfg = gqa_config();  // 4 query heads on 2 key heads
+  cfg.bias = true;
+  auto model = make_model(cfg, 5, torch::kFloat32);
+  perturb(model);
+  auto& attn = *block(model, 0)->attn;
+  {  // heads 0 and 3 get large logits, heads 1 and 2 stay small
+    torch::NoGradGuard no_grad;
+    const int64_t D = cfg.d_model / cfg.n_heads;
+    attn.wq.narrow(0, 0, D).mul_(40.0);
+    attn.wq.narrow(0, 3 * D, D).mul_(25.0);
+  }
+  attn.track_head_max = true;
+  auto idx = random_tokens(cfg, 2, 12);
+  model->forward(idx);  // grad mode on: a training forward records the maxima
+  auto before = attn.head_max.clone();
+  const double tau = before.index({torch::tensor({1, 2})}).max().item<double>() * 1.5;
+  ASSERT_GT(before[0].item<double>(), tau);
+  ASSERT_GT(before[3].item<double>(), tau);
+  auto gamma = keel::qk_clip_(attn.wq, attn.bq, attn.wk, attn.bk, before, tau, cfg.n_heads, cfg.n_kv_heads);
+  EXPECT_EQ(gamma[1].item<float>(), 1.0f);
+  attn.head_max = torch::Tensor();
+  model->forward(idx);
+  auto after = attn.head_max;
+  for (int64_t h = 0; h < cfg.n_heads; ++h) {
+    const double b = before[h].item<double>(), a = after[h].item<double>();
+    if (b > tau)
+      EXPECT_NEAR(a, tau, 1e-4 * tau) << "head " << h;  // exactly tau: logits scale by tau / max
+    else
+      EXPECT_NEAR(a, b, 1e-4 * b) << "head " << h << " was below tau and must not change";
+  }
+}
