@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "model/fused_ops.h"
+
 namespace keel {
 
 double henry_temperature(int64_t L) {
@@ -15,7 +17,6 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg)
       head_dim_(cfg.head_dim()),
       rope_(cfg.rope),
       qk_type_(cfg.qk_norm.type),
-      qk_scope_(cfg.qk_norm.scope),
       qk_position_(cfg.qk_norm.position) {
   const int64_t C = cfg.d_model, q_dim = n_heads_ * head_dim_, kv_dim = n_kv_heads_ * head_dim_;
   wq = register_parameter("wq", torch::empty({q_dim, C}));
@@ -31,18 +32,19 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg)
   const auto& qk = cfg.qk_norm;
   if (qk.type != "none") {
     NormKind kind = parse_norm_kind(qk.type);
-    if (qk.scope == "projection") {
-      q_norm = Norm(kind, q_dim, qk.gain, qk.bias, qk.eps);
-      k_norm = Norm(kind, kv_dim, qk.gain, qk.bias, qk.eps);
-    } else {
-      std::vector<int64_t> q_shape = {head_dim_}, k_shape = {head_dim_};
-      if (qk.gain_per_head) {
-        q_shape = {n_heads_, head_dim_};
-        k_shape = {n_kv_heads_, head_dim_};
-      }
-      q_norm = Norm(kind, head_dim_, qk.gain, qk.bias, qk.eps, q_shape);
-      k_norm = Norm(kind, head_dim_, qk.gain, qk.bias, qk.eps, k_shape);
+    // Every scope is a grouping of heads normalised together: head scope one
+    // head per group (Qwen3), projection scope one group of all heads (OLMo
+    // 2), group scope G groups in between (keys: min(G, n_kv_heads) groups).
+    q_groups_ = qk.scope == "head" ? n_heads_ : qk.scope == "projection" ? 1 : qk.groups;
+    k_groups_ = qk.scope == "head" ? n_kv_heads_ : std::min(q_groups_, n_kv_heads_);
+    const int64_t q_group_dim = n_heads_ / q_groups_ * head_dim_, k_group_dim = n_kv_heads_ / k_groups_ * head_dim_;
+    std::vector<int64_t> q_shape = {q_group_dim}, k_shape = {k_group_dim};
+    if (qk.gain_per_head) {  // one gain per head (group) instead of one shared
+      q_shape = {q_groups_, q_group_dim};
+      k_shape = {k_groups_, k_group_dim};
     }
+    q_norm = Norm(kind, q_group_dim, qk.gain, qk.bias, qk.eps, q_shape, cfg.norm_unit_offset);
+    k_norm = Norm(kind, k_group_dim, qk.gain, qk.bias, qk.eps, k_shape, cfg.norm_unit_offset);
     register_module("q_norm", q_norm);
     register_module("k_norm", k_norm);
   }
@@ -57,38 +59,61 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg)
                                        : 1.0 / std::sqrt(static_cast<double>(head_dim_));
   }
   if (cfg.attn_softcap) softcap_ = *cfg.attn_softcap;
+  if (cfg.attn_logit_clamp) clamp_ = *cfg.attn_logit_clamp;
+  if (cfg.qkv_norm != "none")
+    qkv_norm = register_module("qkv_norm", Norm(parse_norm_kind(cfg.qkv_norm), q_dim + 2 * kv_dim, /*gain=*/true,
+                                                cfg.bias, cfg.norm_eps, std::vector<int64_t>{}, cfg.norm_unit_offset));
+  if (cfg.sigma_reparam) {
+    wq_sigma = register_module("wq_sigma", SigmaReparam(q_dim, C));
+    wk_sigma = register_module("wk_sigma", SigmaReparam(kv_dim, C));
+    wv_sigma = register_module("wv_sigma", SigmaReparam(kv_dim, C));
+    wo_sigma = register_module("wo_sigma", SigmaReparam(C, q_dim));
+  }
 }
 
-// t: [B, T, heads, head_dim]. Projection scope normalises the flattened
-// [B, T, heads*head_dim] vector (OLMo 2); head scope each head's vector (Qwen3).
+torch::Tensor reparam_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                             const SigmaReparam& sigma) {
+  // keel::linear (fused_ops.h): oneDNN on the CPU, at::linear elsewhere.
+  if (!sigma) return keel::linear(x, w, b);
+  return keel::linear(x, w * sigma->scale(w).to(w.scalar_type()), b);
+}
+
+// t: [B, T, heads, head_dim], normalised over groups of heads/groups
+// consecutive heads: the whole projection (OLMo 2), each head (Qwen3), or in
+// between.
 torch::Tensor AttentionImpl::normalize_qk(const torch::Tensor& t, Norm& norm) {
   if (!norm) return t;
-  if (qk_scope_ == "projection") {
-    auto flat = t.flatten(2);
-    return norm->forward(flat).view(t.sizes());
-  }
-  return norm->forward(t);
+  const int64_t heads = t.size(2), groups = heads == n_heads_ ? q_groups_ : k_groups_;
+  auto grouped = t.reshape({t.size(0), t.size(1), groups, heads / groups * t.size(3)});
+  return norm->forward(grouped).view(t.sizes());
 }
 
 torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                 double scale, c10::optional<double> softcap, AttentionStats* stats) {
+                                 double scale, c10::optional<double> softcap, AttentionStats* stats,
+                                 c10::optional<double> clamp, torch::Tensor* head_max) {
   const int64_t H = q.size(1), Hkv = k.size(1), T = q.size(2);
   auto kx = Hkv == H ? k : k.repeat_interleave(H / Hkv, 1);
   auto vx = Hkv == H ? v : v.repeat_interleave(H / Hkv, 1);
   // Scores, softcap and softmax in fp32 (Gemma 2 computes tanh in fp32).
   auto scores = torch::matmul(q.to(torch::kFloat32), kx.to(torch::kFloat32).transpose(-2, -1)) * scale;
   auto capped = softcap ? *softcap * torch::tanh(scores / *softcap) : scores;
+  if (clamp) capped = capped.clamp(-*clamp, *clamp);
   auto future = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
   auto masked = capped.masked_fill(future, -std::numeric_limits<float>::infinity());
   auto logp = torch::log_softmax(masked, -1);
   auto p = logp.exp();
+  if (head_max && !stats) {
+    torch::NoGradGuard no_grad;
+    *head_max = scores.detach().abs().masked_fill(future, 0).amax({0, 2, 3});
+  }
   if (stats) {
     torch::NoGradGuard no_grad;
     auto s = scores.detach().abs().masked_fill(future, 0);
     stats->head_max_score = s.amax({0, 2, 3});
+    if (head_max) *head_max = stats->head_max_score;
     stats->max_score = stats->head_max_score.max();
     stats->max_score_capped =
-        softcap ? capped.detach().abs().masked_fill(future, 0).amax() : stats->max_score;
+        softcap || clamp ? capped.detach().abs().masked_fill(future, 0).amax() : stats->max_score;
     auto plogp = (p.detach() * logp.detach().masked_fill(future, 0));
     stats->entropy = -plogp.sum(-1).mean();
   }
@@ -97,9 +122,18 @@ torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k,
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto q = torch::nn::functional::linear(x, wq, bq).view({B, T, n_heads_, head_dim_});
-  auto k = torch::nn::functional::linear(x, wk, bk).view({B, T, n_kv_heads_, head_dim_});
-  auto v = torch::nn::functional::linear(x, wv, bv).view({B, T, n_kv_heads_, head_dim_});
+  auto q = reparam_linear(x, wq, bq, wq_sigma), k = reparam_linear(x, wk, bk, wk_sigma),
+       v = reparam_linear(x, wv, bv, wv_sigma);
+  if (qkv_norm) {  // one norm over the fused [q, k, v] output (Rybakov et al. 2024, "QKV_norm")
+    const int64_t qd = q.size(-1), kd = k.size(-1);
+    auto qkv = qkv_norm->forward(torch::cat({q, k, v}, -1));
+    q = qkv.narrow(-1, 0, qd);
+    k = qkv.narrow(-1, qd, kd);
+    v = qkv.narrow(-1, qd + kd, kd);
+  }
+  q = q.reshape({B, T, n_heads_, head_dim_});
+  k = k.reshape({B, T, n_kv_heads_, head_dim_});
+  v = v.reshape({B, T, n_kv_heads_, head_dim_});
 
   const bool norm_first = qk_position_ == "before_rope";
   if (norm_first) {
@@ -128,14 +162,17 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   if (temperature.defined()) q = q * temperature.view({1, -1, 1, 1}).to(q.scalar_type());
 
   torch::Tensor y;
-  if (softcap_ || stats) {
-    y = explicit_attention(q, k, v, scale_, softcap_, stats);
+  const bool track = track_head_max && torch::GradMode::is_enabled();  // training forwards only
+  if (softcap_ || clamp_ || stats || track) {
+    torch::Tensor step_max;
+    y = explicit_attention(q, k, v, scale_, softcap_, stats, clamp_, track ? &step_max : nullptr);
+    if (track) head_max = head_max.defined() ? torch::maximum(head_max, step_max) : step_max;
   } else {
     y = at::scaled_dot_product_attention(q, k, v, c10::nullopt, 0.0, /*is_causal=*/true, scale_,
                                          /*enable_gqa=*/n_kv_heads_ != n_heads_);
   }
   y = y.transpose(1, 2).reshape({B, T, n_heads_ * head_dim_});
-  return torch::nn::functional::linear(y, wo, bo);
+  return reparam_linear(y, wo, bo, wo_sigma);
 }
 
 }  // namespace keel

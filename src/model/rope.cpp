@@ -1,5 +1,7 @@
 #include "model/rope.h"
 
+#include "model/fused_ops.h"
+
 namespace keel {
 
 RopeTables make_rope_tables(int64_t seq_len, int64_t head_dim, double theta, torch::Device device) {
@@ -16,6 +18,8 @@ RopeTables make_rope_tables(int64_t seq_len, int64_t head_dim, double theta, tor
 }
 
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& t) {
+  // CPU: one fused pass forward and backward (src/model/fused_ops.h), same values.
+  if (auto fused = fused_cpu_rope(x, t.cos, t.sin); fused.defined()) return fused;
   const int64_t T = x.size(1), half = x.size(-1) / 2;
   auto cos = t.cos.narrow(0, 0, T).view({1, T, 1, -1}).to(x.scalar_type());
   auto sin = t.sin.narrow(0, 0, T).view({1, T, 1, -1}).to(x.scalar_type());

@@ -3,26 +3,39 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "model/fused_ops.h"
+
 namespace keel {
 
 namespace F = torch::nn::functional;
 
-MlpImpl::MlpImpl(const ModelConfig& cfg) : swiglu(cfg.mlp == "swiglu") {
+MlpImpl::MlpImpl(const ModelConfig& cfg) : gated(cfg.mlp != "gelu"), kind(cfg.mlp) {
   const int64_t C = cfg.d_model, H = cfg.ffn_dim();
-  if (swiglu) w_gate = register_parameter("w_gate", torch::empty({H, C}));
+  if (gated) w_gate = register_parameter("w_gate", torch::empty({H, C}));
   w_up = register_parameter("w_up", torch::empty({H, C}));
   w_down = register_parameter("w_down", torch::empty({C, H}));
   if (cfg.bias) {
-    if (swiglu) b_gate = register_parameter("w_gate_bias", torch::empty({H}));
+    if (gated) b_gate = register_parameter("w_gate_bias", torch::empty({H}));
     b_up = register_parameter("w_up_bias", torch::empty({H}));
     b_down = register_parameter("w_down_bias", torch::empty({C}));
+  }
+  if (cfg.sigma_reparam) {
+    if (gated) w_gate_sigma = register_module("w_gate_sigma", SigmaReparam(H, C));
+    w_up_sigma = register_module("w_up_sigma", SigmaReparam(H, C));
+    w_down_sigma = register_module("w_down_sigma", SigmaReparam(C, H));
   }
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  torch::Tensor h = swiglu ? F::silu(F::linear(x, w_gate, b_gate)) * F::linear(x, w_up, b_up)
-                           : torch::gelu(F::linear(x, w_up, b_up));
-  return F::linear(h, w_down, b_down);
+  torch::Tensor h;
+  if (!gated) {
+    h = torch::gelu(reparam_linear(x, w_up, b_up, w_up_sigma));
+  } else {
+    auto g = reparam_linear(x, w_gate, b_gate, w_gate_sigma);
+    // Gemma's gelu_pytorch_tanh is torch's GELU with approximate="tanh".
+    h = (kind == "swiglu" ? F::silu(g) : torch::gelu(g, "tanh")) * reparam_linear(x, w_up, b_up, w_up_sigma);
+  }
+  return reparam_linear(h, w_down, b_down, w_down_sigma);
 }
 
 NormPlacement parse_norm_placement(const std::string& name) {
@@ -34,13 +47,14 @@ NormPlacement parse_norm_placement(const std::string& name) {
 }
 
 static Norm make_block_norm(const ModelConfig& cfg) {
-  return Norm(parse_norm_kind(cfg.norm), cfg.d_model, /*gain=*/true, cfg.bias, cfg.norm_eps);
+  return Norm(parse_norm_kind(cfg.norm), cfg.d_model, /*gain=*/true, cfg.bias, cfg.norm_eps,
+              std::vector<int64_t>{}, cfg.norm_unit_offset);
 }
 
 BlockImpl::BlockImpl(const ModelConfig& cfg) : placement(parse_norm_placement(cfg.norm_placement)) {
   attn = register_module("attn", Attention(cfg));
   mlp = register_module("mlp", Mlp(cfg));
-  attn_norm = register_module("attn_norm", make_block_norm(cfg));
+  if (cfg.qkv_norm == "none") attn_norm = register_module("attn_norm", make_block_norm(cfg));
   mlp_norm = register_module("mlp_norm", make_block_norm(cfg));
   if (placement == NormPlacement::sandwich) {
     attn_post_norm = register_module("attn_post_norm", make_block_norm(cfg));
@@ -51,7 +65,7 @@ BlockImpl::BlockImpl(const ModelConfig& cfg) : placement(parse_norm_placement(cf
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats) {
   switch (placement) {
     case NormPlacement::pre: {  // x + f(norm(x))
-      auto h = x + attn->forward(attn_norm->forward(x), rope, stats);
+      auto h = x + attn->forward(attn_norm ? attn_norm->forward(x) : x, rope, stats);
       return h + mlp->forward(mlp_norm->forward(h));
     }
     case NormPlacement::post: {  // norm(x + f(x)), the original Transformer
@@ -75,7 +89,8 @@ TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg) {
   wte = register_parameter("wte", torch::empty({V, C}));
   lm_head = cfg.tie_embeddings ? wte : register_parameter("lm_head", torch::empty({V, C}));
   if (cfg.embed_norm == "layernorm")
-    embed_norm = register_module("embed_norm", Norm(NormKind::layernorm, C, true, cfg.bias, cfg.norm_eps));
+    embed_norm = register_module("embed_norm", Norm(NormKind::layernorm, C, true, cfg.bias, cfg.norm_eps,
+                                                    std::vector<int64_t>{}, cfg.norm_unit_offset));
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.n_layers; ++i) blocks->push_back(Block(cfg));
   // Post-LN blocks already end in a norm; the other layouts need a final one.
@@ -108,7 +123,7 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& idx, const ForwardOp
   for (size_t i = 0; i < blocks->size(); ++i)
     x = blocks[i]->as<Block>()->forward(x, rope, all_stats ? &(*all_stats)[i] : nullptr);
   if (final_norm) x = final_norm->forward(x);
-  auto logits = F::linear(x, lm_head);
+  auto logits = keel::linear(x, lm_head);  // fused_ops.h: oneDNN on the CPU
   if (cfg_.final_softcap) {
     const double cap = *cfg_.final_softcap;
     logits = cap * torch::tanh(logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32)) / cap);

@@ -35,7 +35,8 @@ class AutocastScope {
   bool enabled_;
 };
 
-// FLOP/s of a 1024^3 fp32 matmul on this process's threads (a CPU "peak").
+// FLOP/s of a 1024^3 fp32 matmul on this process's threads, the faster of
+// BLAS and oneDNN (a CPU "peak": what keel's own linear layers can reach).
 double measure_cpu_matmul_flops();
 
 }  // namespace keel

@@ -1,0 +1,280 @@
+#include "model/fused_ops.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace keel {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool cpu_float_or_double(const torch::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && !t.is_sparse() &&
+         (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64);
+}
+
+// Eight independent partial sums: the compiler vectorises them, and the
+// result does not depend on how rows are split over threads.
+template <typename T>
+inline T dot(const T* __restrict a, const T* __restrict b, int64_t n) {
+  T acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += a[j + k] * b[j + k];
+  T s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; j < n; ++j) s += a[j] * b[j];
+  return s;
+}
+
+// ---------------------------------------------------------------- row norm
+
+// Rows of length n; the gain (if any) has `period` rows and row i uses gain
+// row i % period. r[i] is the row's scale: rsqrt(mean(x^2) + eps) or
+// 1 / max(||x||, eps).
+template <typename T>
+void row_norm_forward(const T* x, const T* w, T* y, T* r, int64_t rows, int64_t n, int64_t period, double eps,
+                      bool l2) {
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T* __restrict xi = x + i * n;
+      T* __restrict yi = y + i * n;
+      const T ss = dot(xi, xi, n);
+      const T ri = l2 ? T(1) / std::max(std::sqrt(ss), static_cast<T>(eps))
+                      : T(1) / std::sqrt(ss / static_cast<T>(n) + static_cast<T>(eps));
+      r[i] = ri;
+      if (w) {
+        const T* __restrict wi = w + (i % period) * n;
+        for (int64_t j = 0; j < n; ++j) yi[j] = (xi[j] * ri) * wi[j];
+      } else {
+        for (int64_t j = 0; j < n; ++j) yi[j] = xi[j] * ri;
+      }
+    }
+  });
+}
+
+// dx = r * (g - xhat * c), g = dy * w, xhat = x * r, and c = mean(g * xhat)
+// (rms) or sum(g * xhat) (l2, where the norm exceeds eps; below it the scale
+// is the constant 1/eps and dx = r * g). dw = sum over rows of dy * xhat, in
+// a fixed number of row blocks summed in order (deterministic).
+template <typename T>
+void row_norm_backward(const T* x, const T* w, const T* r, const T* dy, T* dx, T* dw, int64_t rows, int64_t n,
+                       int64_t period, double eps, bool l2) {
+  const int64_t blocks = std::min<int64_t>(rows, 64);
+  const int64_t per_block = (rows + blocks - 1) / blocks;
+  const int64_t W = period * n;
+  std::vector<T> partial(w ? static_cast<size_t>(blocks * W) : 0, T(0));
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<T> g(static_cast<size_t>(n)), xhat(static_cast<size_t>(n));
+    for (int64_t b = b0; b < b1; ++b) {
+      T* __restrict pw = w ? partial.data() + b * W : nullptr;
+      for (int64_t i = b * per_block; i < std::min(rows, (b + 1) * per_block); ++i) {
+        const T* __restrict xi = x + i * n;
+        const T* __restrict dyi = dy + i * n;
+        T* __restrict dxi = dx + i * n;
+        const T ri = r[i];
+        const int64_t p = (i % period) * n;
+        for (int64_t j = 0; j < n; ++j) xhat[j] = xi[j] * ri;
+        if (w) {
+          const T* __restrict wi = w + p;
+          for (int64_t j = 0; j < n; ++j) {
+            g[j] = dyi[j] * wi[j];
+            pw[p + j] += dyi[j] * xhat[j];
+          }
+        } else {
+          for (int64_t j = 0; j < n; ++j) g[j] = dyi[j];
+        }
+        T c = dot(g.data(), xhat.data(), n);
+        if (!l2) c /= static_cast<T>(n);
+        else if (std::sqrt(dot(xi, xi, n)) < static_cast<T>(eps)) c = 0;  // norm below eps: constant scale
+        for (int64_t j = 0; j < n; ++j) dxi[j] = ri * (g[j] - xhat[j] * c);
+      }
+    }
+  });
+  if (w) {
+    std::fill(dw, dw + W, T(0));
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t k = 0; k < W; ++k) dw[k] += partial[static_cast<size_t>(b * W + k)];
+  }
+}
+
+struct RowNormFn : public torch::autograd::Function<RowNormFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in, const torch::Tensor& weight_in,
+                               int64_t n, double eps, bool l2) {
+    // An empty weight stands for "no gain" (autograd inputs must be defined).
+    auto x = x_in.contiguous();
+    auto w = weight_in.contiguous();
+    const bool has_w = w.numel() > 0;
+    const int64_t rows = x.numel() / n, period = has_w ? w.numel() / n : 1;
+    auto y = torch::empty_like(x);
+    auto r = torch::empty({rows}, x.options());
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "keel_row_norm_forward", [&] {
+      row_norm_forward<scalar_t>(x.data_ptr<scalar_t>(), has_w ? w.data_ptr<scalar_t>() : nullptr,
+                                 y.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), rows, n, period, eps, l2);
+    });
+    ctx->save_for_backward({x, w, r});
+    ctx->saved_data["n"] = n;
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["l2"] = l2;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1], &r = saved[2];
+    const int64_t n = ctx->saved_data["n"].toInt();
+    const double eps = ctx->saved_data["eps"].toDouble();
+    const bool l2 = ctx->saved_data["l2"].toBool();
+    auto dy = grads[0].contiguous();
+    const bool has_w = w.numel() > 0;
+    const int64_t rows = x.numel() / n, period = has_w ? w.numel() / n : 1;
+    auto dx = torch::empty_like(x);
+    torch::Tensor dw = has_w ? torch::empty_like(w) : torch::Tensor();
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "keel_row_norm_backward", [&] {
+      row_norm_backward<scalar_t>(x.data_ptr<scalar_t>(), has_w ? w.data_ptr<scalar_t>() : nullptr,
+                                  r.data_ptr<scalar_t>(), dy.data_ptr<scalar_t>(), dx.data_ptr<scalar_t>(),
+                                  has_w ? dw.data_ptr<scalar_t>() : nullptr, rows, n, period, eps, l2);
+    });
+    return {dx, dw, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// ---------------------------------------------------------------- RoPE
+
+// y[j] = x[j] c[j] - x[j+h] s[j] (j < h), x[j] c[j] + x[j-h] s[j] (j >= h):
+// x * cos + cat(-x2, x1) * sin with the composite's rounding. The backward
+// (transpose) is dx[j] = dy[j] c[j] + dy[j+h] s[j+h] (j < h),
+// dy[j] c[j] - dy[j-h] s[j-h] (j >= h).
+template <typename T>
+void rope_kernel(const T* x, const T* cos, const T* sin, T* y, int64_t rows, int64_t T_len, int64_t heads,
+                 int64_t d, bool backward) {
+  const int64_t h = d / 2;
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, d));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t t = (i / heads) % T_len;
+      const T* __restrict xi = x + i * d;
+      const T* __restrict c = cos + t * d;
+      const T* __restrict s = sin + t * d;
+      T* __restrict yi = y + i * d;
+      if (!backward) {
+        for (int64_t j = 0; j < h; ++j) yi[j] = xi[j] * c[j] - xi[j + h] * s[j];
+        for (int64_t j = h; j < d; ++j) yi[j] = xi[j] * c[j] + xi[j - h] * s[j];
+      } else {
+        for (int64_t j = 0; j < h; ++j) yi[j] = xi[j] * c[j] + xi[j + h] * s[j + h];
+        for (int64_t j = h; j < d; ++j) yi[j] = xi[j] * c[j] - xi[j - h] * s[j - h];
+      }
+    }
+  });
+}
+
+torch::Tensor run_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, bool backward) {
+  auto y = torch::empty_like(x);
+  const int64_t T_len = x.size(1), heads = x.size(2), d = x.size(3);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "keel_rope", [&] {
+    rope_kernel<scalar_t>(x.data_ptr<scalar_t>(), cos.data_ptr<scalar_t>(), sin.data_ptr<scalar_t>(),
+                          y.data_ptr<scalar_t>(), x.numel() / d, T_len, heads, d, backward);
+  });
+  return y;
+}
+
+struct RopeFn : public torch::autograd::Function<RopeFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return run_rope(x.contiguous(), cos, sin, false);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    return {run_rope(grads[0].contiguous(), saved[0], saved[1], true), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// ---------------------------------------------------------------- linear
+
+// oneDNN's fp32 matmul through the operator the PyTorch CPU inductor uses;
+// null when this LibTorch lacks it.
+const c10::OperatorHandle* onednn_linear_op() {
+  static const c10::OperatorHandle* op = []() -> const c10::OperatorHandle* {
+    const char* env = std::getenv("KEEL_CPU_LINEAR");
+    if (env && std::strcmp(env, "aten") == 0) return nullptr;
+    if (!at::hasMKLDNN()) return nullptr;
+    auto handle = c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
+    if (!handle) return nullptr;
+    return new c10::OperatorHandle(*handle);
+  }();
+  return op;
+}
+
+// x [..., in] (any strides), w [out, in] (any strides) -> x w^T [..., out].
+torch::Tensor onednn_matmul_t(const torch::Tensor& x, const torch::Tensor& w) {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  std::vector<c10::IValue> stack{x, w, c10::IValue(), std::string("none"), c10::List<std::optional<at::Scalar>>(),
+                                 c10::IValue()};
+  onednn_linear_op()->callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+struct OneDnnLinearFn : public torch::autograd::Function<OneDnnLinearFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w) {
+    ctx->save_for_backward({x, w});
+    return onednn_matmul_t(x, w);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1];
+    const int64_t in = w.size(1), out = w.size(0);
+    auto dy = grads[0].reshape({-1, out});
+    torch::Tensor dx, dw;
+    // dx = dy w ([M, out] x [out, in]); dw = dy^T x ([out, M] x [M, in]); transposes are views.
+    if (ctx->needs_input_grad(0)) dx = onednn_matmul_t(dy, w.t()).view(x.sizes());
+    if (ctx->needs_input_grad(1)) dw = onednn_matmul_t(dy.t(), x.reshape({-1, in}).t());
+    return {dx, dw};
+  }
+};
+
+}  // namespace
+
+bool onednn_linear_enabled() { return onednn_linear_op() != nullptr; }
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  const bool onednn = x.device().is_cpu() && w.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
+                      w.scalar_type() == torch::kFloat32 && x.dim() >= 2 && w.dim() == 2 && x.numel() > 0 &&
+                      x.layout() == torch::kStrided && onednn_linear_enabled();
+  if (!onednn) return torch::nn::functional::linear(x, w, b);
+  auto y = OneDnnLinearFn::apply(x, w);
+  return b.defined() ? y + b : y;
+}
+
+torch::Tensor fused_cpu_row_norm(const torch::Tensor& x, const torch::Tensor& weight, int64_t dim, double eps,
+                                 bool l2) {
+  if (!cpu_float_or_double(x) || dim <= 0 || x.dim() < 1 || x.size(-1) != dim || x.numel() == 0) return {};
+  if (weight.defined()) {
+    // The gain must cover x's trailing dimensions exactly, in x's dtype.
+    if (!cpu_float_or_double(weight) || weight.scalar_type() != x.scalar_type() || weight.dim() > x.dim())
+      return {};
+    for (int64_t k = 1; k <= weight.dim(); ++k)
+      if (weight.size(-k) != x.size(-k)) return {};
+  }
+  return RowNormFn::apply(x, weight.defined() ? weight : torch::empty({0}, x.options()), dim, eps, l2);
+}
+
+torch::Tensor fused_cpu_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  if (!cpu_float_or_double(x) || x.dim() != 4 || x.size(-1) % 2 != 0 || x.numel() == 0) return {};
+  const int64_t T = x.size(1), d = x.size(3);
+  if (!cos.defined() || !sin.defined() || cos.dim() != 2 || cos.size(0) < T || cos.size(1) != d ||
+      sin.sizes() != cos.sizes() || !cos.device().is_cpu() || !sin.device().is_cpu())
+    return {};
+  auto c = cos.narrow(0, 0, T).to(x.scalar_type()).contiguous();
+  auto s = sin.narrow(0, 0, T).to(x.scalar_type()).contiguous();
+  return RopeFn::apply(x, c, s);
+}
+
+}  // namespace keel

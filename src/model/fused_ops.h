@@ -1,0 +1,40 @@
+// Fused CPU kernels, with their own backward, for the elementwise work that
+// LibTorch's CPU backend runs as several passes over memory: RMSNorm and the
+// L2 norm (at::rms_norm is a pow/mean/rsqrt/mul composite on the CPU, and so
+// is its autograd backward) and rotate-half RoPE (narrow, neg, cat, two
+// multiplies and an add; the backward adds zero-filled slices). On the bench
+// configs these passes cost about as much as the matmuls (README, "Speed").
+//
+// Each function returns an undefined tensor when it does not apply (not a
+// CPU tensor, not fp32/fp64, shapes it does not handle); callers then use the
+// composite ATen path, which is also what CUDA uses. Results equal the
+// composite path up to float rounding (RoPE: bit for bit); the backward is
+// deterministic for a given shape, whatever the thread count.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace keel {
+
+// Normalises each row of the last `dim` elements of x: rms (x * rsqrt(mean(x^2)
+// + eps)) or l2 (x / max(||x||, eps)), then multiplies by `weight` (undefined:
+// no gain), whose shape must equal x's trailing dimensions ([dim], or
+// [heads, dim] for a per-head QK gain).
+torch::Tensor fused_cpu_row_norm(const torch::Tensor& x, const torch::Tensor& weight, int64_t dim, double eps,
+                                 bool l2);
+
+// x @ w^T + b for every linear layer. On the CPU in fp32 it runs forward and
+// both backward matmuls on oneDNN (mkldnn::_linear_pointwise) instead of
+// at::linear's BLAS: the MKL build in the PyTorch wheel uses its AVX2 kernels
+// on AMD CPUs, oneDNN uses AVX-512 where the CPU has it (about 2x on the
+// development machine's Zen 5, README "Speed"). Elsewhere it is
+// torch::nn::functional::linear. KEEL_CPU_LINEAR=aten turns the oneDNN path off.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {});
+// Whether linear() uses oneDNN for this CPU fp32 tensor (for tests and bench).
+bool onednn_linear_enabled();
+
+// Rotate-half RoPE on x [B, T, heads, D] with tables cos, sin [>= T, D] (any
+// float dtype; converted to x's): x * cos + rotate_half(x) * sin.
+torch::Tensor fused_cpu_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+}  // namespace keel

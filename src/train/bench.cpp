@@ -1,0 +1,366 @@
+// `keel bench`: see bench.h. The step below is train_step() of trainer.cpp
+// without logging, monitoring and fault injection; keep them in step.
+#include "train/bench.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "checkpoint/posix_io.h"
+#include "data/fs_util.h"
+#include "data/loader.h"
+#include "data/manifest.h"
+#include "data/prepare.h"
+#include "dist/dist_env.h"
+#include "model/init.h"
+#include "model/model_size.h"
+#include "model/sigma_reparam.h"
+#include "train/device.h"
+#include "train/model_stats.h"
+#include "train/optimizer.h"
+#include "train/qk_clip.h"
+#include "train/schedule.h"
+#include "util/log.h"
+
+#ifdef KEEL_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace keel {
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+void device_sync(const torch::Device& d) {
+  if (d.is_cuda()) torch::cuda::synchronize(d.index());
+}
+
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+// Milliseconds per phase of one step; filled only on breakdown steps.
+struct Phases {
+  double data = 0, forward = 0, backward = 0, communication = 0, optimizer = 0, total = 0;
+};
+
+class Bench {
+ public:
+  Bench(const Config& cfg, const BenchOptions& opt) : cfg_(cfg), opt_(opt) {}
+
+  nlohmann::json run();
+
+ private:
+  void setup();
+  Batch batch(int64_t step);
+  double step(int64_t step, Phases* phases);  // returns wall ms (synchronised at the end)
+  void apply_qk_clip();
+  nlohmann::json monitor_cost(double step_ms);
+  int64_t peak_memory_bytes(std::string* source) const;
+
+  Config cfg_;
+  BenchOptions opt_;
+  ComputeSetup compute_;
+  ModelSize size_;
+  Transformer model_{nullptr};
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<BatchLoader> loader_;
+  int64_t batch_ = 0, seq_len_ = 0, micro_ = 0, n_micro_ = 0;
+  torch::Tensor nonfinite_count_, loss_sum_;
+};
+
+void Bench::setup() {
+  if (parse_dist_env(current_dist_environment()).distributed())
+    throw DistError("keel bench runs as a single process; start it without torchrun / keel launch / srun "
+                    "(the communication phase of a data-parallel step is measured by keel train's comm_wait_ms)");
+  compute_ = setup_compute(cfg_.train);
+  if (opt_.peak_tflops > 0) {
+    compute_.peak_flops = opt_.peak_tflops * 1e12;
+    compute_.peak_source = strf("given with --peak-tflops %g", opt_.peak_tflops);
+  }
+  seq_len_ = cfg_.seq_len();
+  batch_ = cfg_.train.batch_tokens > 0 ? cfg_.train.batch_tokens / seq_len_ : cfg_.train.batch_size;
+  micro_ = cfg_.train.micro_batch_size > 0 ? cfg_.train.micro_batch_size : batch_;
+  if (batch_ % micro_ != 0)
+    throw std::invalid_argument(strf("train.micro_batch_size %lld does not divide train.batch_size %lld",
+                                     static_cast<long long>(micro_), static_cast<long long>(batch_)));
+  n_micro_ = batch_ / micro_;
+  const uint64_t seed = static_cast<uint64_t>(cfg_.run.seed);
+  if (!opt_.random_data) {
+    ensure_prepared(cfg_);
+    loader_ = std::make_unique<BatchLoader>(cfg_.data.dir, "train", seq_len_, batch_, 0, 1, seed, cfg_.data.prefetch,
+                                            cfg_.data.verify);
+  }
+  torch::manual_seed(cfg_.run.seed);
+  size_ = model_size(cfg_.model, seq_len_);
+  model_ = build_model(cfg_.model, seed, compute_.device);
+  std::vector<NamedParam> params;
+  for (auto& item : model_->named_parameters(true)) params.push_back({item.key(), item.value()});
+  optimizer_ = std::make_unique<AdamW>(params, cfg_.train);
+  if (cfg_.train.qk_clip_tau)  // as the trainer: the forwards record each head's largest logit
+    for (const auto& blk : *model_->blocks) blk->as<BlockImpl>()->attn->track_head_max = true;
+  auto zeros = [&] { return torch::zeros({}, torch::TensorOptions().device(compute_.device)); };
+  nonfinite_count_ = zeros();
+  loss_sum_ = zeros();
+}
+
+Batch Bench::batch(int64_t step) {
+  if (loader_) return loader_->get(step);
+  // Uniform random tokens, made on the CPU like the loader's batches.
+  auto tokens = torch::randint(0, cfg_.model.vocab_size, {batch_, seq_len_ + 1}, torch::kInt64);
+  return {tokens.narrow(1, 0, seq_len_).contiguous(), tokens.narrow(1, 1, seq_len_).contiguous()};
+}
+
+double Bench::step(int64_t step, Phases* ph) {
+  const auto dev = compute_.device;
+  const auto start = Clock::now();
+  auto mark = start;
+  // On breakdown steps: wait for the device, charge the time since the last mark to `slot`.
+  auto lap = [&](double Phases::*slot) {
+    if (!ph) return;
+    device_sync(dev);
+    const auto now = Clock::now();
+    ph->*slot += ms_between(mark, now);
+    mark = now;
+  };
+  const double lr = lr_at(cfg_.train, step);
+  optimizer_->zero_grad();
+  if (cfg_.model.sigma_reparam) sigma_reparam_power_step(*model_);
+  if (cfg_.train.qk_clip_tau)
+    for (const auto& blk : *model_->blocks) blk->as<BlockImpl>()->attn->head_max = torch::Tensor();
+  Batch b = batch(step);
+  lap(&Phases::data);
+  auto step_loss = torch::zeros({}, torch::TensorOptions().device(dev));
+  for (int64_t i = 0; i < n_micro_; ++i) {
+    auto x = b.inputs.narrow(0, i * micro_, micro_).to(dev, /*non_blocking=*/true);
+    auto y = b.targets.narrow(0, i * micro_, micro_).to(dev, true);
+    lap(&Phases::data);
+    LossParts loss;
+    {
+      AutocastScope autocast(compute_.bf16_autocast);
+      auto logits = model_->forward(x);
+      loss = language_model_loss(logits, y, cfg_.train.z_loss);
+    }
+    lap(&Phases::forward);
+    (loss.total / static_cast<double>(n_micro_)).backward();
+    step_loss += loss.ce.detach() / static_cast<double>(n_micro_);
+    lap(&Phases::backward);
+  }
+  lap(&Phases::communication);  // no gradient all-reduce in a single process: ~0
+  loss_sum_ += step_loss;
+  auto grad_norm = clip_grad_norm(optimizer_->params(), cfg_.train.grad_clip);
+  auto found_inf = 1.0 - (torch::isfinite(grad_norm) & torch::isfinite(step_loss)).to(torch::kFloat32);
+  nonfinite_count_ += found_inf;
+  auto signals = torch::stack({step_loss.to(torch::kFloat32), grad_norm.to(torch::kFloat32)});  // spike queue
+  optimizer_->step(lr, found_inf);
+  if (cfg_.train.qk_clip_tau) apply_qk_clip();
+  // The trainer reads the non-finite count every step on the CPU (free there).
+  if (dev.is_cpu()) (void)nonfinite_count_.item<double>();
+  lap(&Phases::optimizer);
+  device_sync(dev);
+  const double total = ms_between(start, Clock::now());
+  if (ph) ph->total += total;
+  return total;
+}
+
+// Trainer::apply_qk_clip for one process (no all-reduce of the maxima).
+void Bench::apply_qk_clip() {
+  const double tau = *cfg_.train.qk_clip_tau;
+  for (const auto& blk : *model_->blocks) {
+    auto& attn = blk->as<BlockImpl>()->attn;
+    auto head_max = attn->head_max.defined()
+                        ? attn->head_max.to(torch::kFloat32)
+                        : torch::zeros({attn->n_heads()}, torch::TensorOptions().device(compute_.device));
+    qk_clip_(attn->wq, attn->bq, attn->wk, attn->bk, head_max, tau, attn->n_heads(), attn->n_kv_heads());
+  }
+}
+
+// The monitoring forward the trainer runs every monitor.every steps
+// (collect_model_stats on monitor.sequences sequences), timed on its own and
+// amortised over monitor.every steps.
+nlohmann::json Bench::monitor_cost(double step_ms) {
+  nlohmann::json out = {{"every", cfg_.monitor.every}, {"sequences", cfg_.monitor.sequences}};
+  if (cfg_.monitor.every <= 0 || opt_.monitor_repeats <= 0) {
+    out["stats_ms"] = nullptr;
+    out["amortized_ms_per_step"] = 0.0;
+    out["percent_of_step"] = 0.0;
+    return out;
+  }
+  Batch b = batch(0);
+  const int64_t n = std::min<int64_t>(cfg_.monitor.sequences, b.inputs.size(0));
+  auto inputs = b.inputs.narrow(0, 0, n).to(compute_.device);
+  collect_model_stats(model_, inputs, compute_.bf16_autocast);  // warm-up (explicit attention path)
+  std::vector<double> times;
+  for (int64_t i = 0; i < opt_.monitor_repeats; ++i) {
+    device_sync(compute_.device);
+    const auto t0 = Clock::now();
+    collect_model_stats(model_, inputs, compute_.bf16_autocast);  // ends in a host copy: synchronised
+    times.push_back(ms_between(t0, Clock::now()));
+  }
+  const double stats_ms = median_of(times);
+  const double amortized = stats_ms / static_cast<double>(cfg_.monitor.every);
+  out["stats_ms"] = stats_ms;
+  out["amortized_ms_per_step"] = amortized;
+  out["percent_of_step"] = step_ms > 0 ? 100.0 * amortized / step_ms : 0.0;
+  return out;
+}
+
+int64_t Bench::peak_memory_bytes(std::string* source) const {
+#ifdef KEEL_WITH_CUDA
+  if (compute_.device.is_cuda()) {
+    *source = "CUDA caching allocator, peak allocated bytes";
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(compute_.device.index());
+    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  }
+#endif
+  *source = "max resident set size of the process (getrusage)";
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+std::string si(double v) {
+  if (v >= 1e12) return strf("%.2fT", v / 1e12);
+  if (v >= 1e9) return strf("%.2fG", v / 1e9);
+  if (v >= 1e6) return strf("%.2fM", v / 1e6);
+  if (v >= 1e3) return strf("%.1fk", v / 1e3);
+  return strf("%.0f", v);
+}
+
+nlohmann::json Bench::run() {
+  setup();
+  const auto& m = cfg_.model;
+  const double tokens_per_step = static_cast<double>(batch_ * seq_len_);
+  std::cout << strf("keel bench %s: %s, %s; %s parameters; batch %lld x %lld tokens (%lld micro-step%s of %lld)%s\n",
+                    opt_.config_name.c_str(), compute_.device_name.c_str(),
+                    compute_.bf16_autocast ? "bf16 autocast" : "fp32", si(static_cast<double>(size_.total)).c_str(),
+                    static_cast<long long>(batch_), static_cast<long long>(seq_len_),
+                    static_cast<long long>(n_micro_), n_micro_ > 1 ? "s" : "", static_cast<long long>(micro_),
+                    opt_.random_data ? ", random tokens" : "")
+            << std::flush;
+
+  for (int64_t i = 0; i < opt_.warmup; ++i) step(i, nullptr);
+  std::vector<double> times;
+  for (int64_t i = 0; i < opt_.steps; ++i) times.push_back(step(opt_.warmup + i, nullptr));
+  std::vector<Phases> phases(static_cast<size_t>(std::max<int64_t>(0, opt_.breakdown_steps)));
+  for (size_t i = 0; i < phases.size(); ++i)
+    step(opt_.warmup + opt_.steps + static_cast<int64_t>(i), &phases[i]);
+
+  const double med = median_of(times), mean = mean_of(times);
+  const double tok_s = med > 0 ? tokens_per_step / (med / 1e3) : 0;
+  const double tok_s_mean = mean > 0 ? tokens_per_step / (mean / 1e3) : 0;
+  const double mfu = compute_.peak_flops > 0 ? size_.flops_per_token * tok_s / compute_.peak_flops : 0;
+  auto phase_median = [&](double Phases::*slot) {
+    std::vector<double> v;
+    for (const auto& p : phases) v.push_back(p.*slot);
+    return median_of(v);
+  };
+  nlohmann::json breakdown = nullptr;
+  if (!phases.empty()) {
+    breakdown = {{"data", phase_median(&Phases::data)},
+                 {"forward", phase_median(&Phases::forward)},
+                 {"backward", phase_median(&Phases::backward)},
+                 {"optimizer", phase_median(&Phases::optimizer)},
+                 {"communication", phase_median(&Phases::communication)},
+                 {"total", phase_median(&Phases::total)},
+                 {"steps", phases.size()}};
+    double parts = 0;
+    for (const char* k : {"data", "forward", "backward", "optimizer", "communication"})
+      parts += breakdown[k].get<double>();
+    breakdown["other"] = std::max(0.0, breakdown["total"].get<double>() - parts);
+  }
+  nlohmann::json monitor = monitor_cost(med);
+  std::string mem_source;
+  const int64_t peak_mem = peak_memory_bytes(&mem_source);
+  double load[3] = {0, 0, 0};
+  if (getloadavg(load, 3) != 3) load[0] = load[1] = load[2] = -1;
+
+  nlohmann::json r = {
+      {"tool", "keel"},
+      {"version", KEEL_VERSION},
+      {"config", opt_.config_name},
+      {"device", compute_.device.str()},
+      {"device_name", compute_.device_name},
+      {"precision", compute_.bf16_autocast ? "bf16 autocast" : "fp32"},
+      {"threads", compute_.threads},
+      {"parameters", size_.total},
+      {"matmul_parameters", size_.matmul},
+      {"flops_per_token", size_.flops_per_token},
+      {"flops_convention", flops_convention()},
+      {"model", {{"d_model", m.d_model}, {"n_layers", m.n_layers}, {"n_heads", m.n_heads},
+                 {"n_kv_heads", m.n_kv_heads}, {"mlp", m.mlp}, {"norm", m.norm},
+                 {"qk_norm", m.qk_norm.type}, {"vocab_padded", m.padded_vocab()}}},
+      {"batch", {{"sequences", batch_}, {"seq_len", seq_len_}, {"micro_batch", micro_}, {"micro_steps", n_micro_},
+                 {"tokens_per_step", static_cast<int64_t>(tokens_per_step)}}},
+      {"data", opt_.random_data ? "random" : cfg_.data.dir},
+      {"warmup", opt_.warmup},
+      {"steps", opt_.steps},
+      {"step_ms", {{"median", med}, {"mean", mean},
+                   {"min", times.empty() ? 0 : *std::min_element(times.begin(), times.end())},
+                   {"max", times.empty() ? 0 : *std::max_element(times.begin(), times.end())},
+                   {"all", times}}},
+      {"tokens_per_s", tok_s},
+      {"tokens_per_s_mean", tok_s_mean},
+      {"mfu", mfu},
+      {"peak_flops", compute_.peak_flops},
+      {"peak_source", compute_.peak_source},
+      {"peak_memory_bytes", peak_mem},
+      {"peak_memory_source", mem_source},
+      {"breakdown_ms", breakdown},
+      {"monitor", monitor},
+      {"load_average", {load[0], load[1], load[2]}}};
+
+  std::cout << strf("  step       median %.2f ms, mean %.2f ms (%lld steps after %lld warm-up)\n", med, mean,
+                    static_cast<long long>(opt_.steps), static_cast<long long>(opt_.warmup))
+            << strf("  tokens/s   %s (median step), %s (mean)\n", si(tok_s).c_str(), si(tok_s_mean).c_str())
+            << strf("  MFU        %.2f%% of %sFLOP/s (%s)\n", 100 * mfu, si(compute_.peak_flops).c_str(),
+                    compute_.peak_source.c_str())
+            << "             " << flops_convention() << "; " << si(size_.flops_per_token) << "FLOPs/token\n"
+            << strf("  memory     peak %.1f MiB (%s)\n", static_cast<double>(peak_mem) / (1 << 20), mem_source.c_str());
+  if (!breakdown.is_null())
+    std::cout << strf("  breakdown  data %.2f | forward %.2f | backward %.2f | optimizer %.2f | communication %.2f | "
+                      "other %.2f ms (median of %zu steps synchronised per phase; total %.2f)\n",
+                      breakdown["data"].get<double>(), breakdown["forward"].get<double>(),
+                      breakdown["backward"].get<double>(), breakdown["optimizer"].get<double>(),
+                      breakdown["communication"].get<double>(), breakdown["other"].get<double>(), phases.size(),
+                      breakdown["total"].get<double>());
+  if (!monitor["stats_ms"].is_null())
+    std::cout << strf("  monitor    every %lld steps: %.2f ms per statistics forward = %.3f ms/step (%.2f%% of the step)\n",
+                      static_cast<long long>(cfg_.monitor.every), monitor["stats_ms"].get<double>(),
+                      monitor["amortized_ms_per_step"].get<double>(), monitor["percent_of_step"].get<double>());
+  std::cout << strf("  load       %.2f %.2f %.2f (1/5/15 min)\n", load[0], load[1], load[2]);
+
+  std::string path = opt_.json_path;
+  if (path.empty()) path = cfg_.run.out_dir + "/bench/" + (opt_.config_name.empty() ? "bench" : opt_.config_name) + ".json";
+  data_fs::make_dirs(data_fs::parent_of(path));
+  write_file_durably(path, r.dump(2) + "\n");
+  std::cout << "  json       " << path << "\n";
+  return r;
+}
+
+}  // namespace
+
+nlohmann::json run_bench(const Config& config, const BenchOptions& options) {
+  Bench bench(config, options);
+  return bench.run();
+}
+
+}  // namespace keel

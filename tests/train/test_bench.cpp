@@ -1,0 +1,159 @@
+// `keel bench`: the JSON record is complete and self-consistent; a
+// distributed start is refused. Interop.BenchReferenceModel writes a model's
+// weights and logits for tests/python/test_bench_reference.py, which checks
+// that bench/reference_model.py is the same model.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "checkpoint/safetensors.h"
+#include "config/config.h"
+#include "model/init.h"
+#include "model/model_size.h"
+#include "test_util.h"
+
+namespace {
+
+// A small model so the test takes seconds on 2 cores.
+const char* kSmall =
+    " --set model.max_seq_len=32 --set model.d_model=64 --set model.n_layers=2 --set model.n_heads=4"
+    " --set model.n_kv_heads=2 --set train.batch_size=4 --set train.micro_batch_size=2"
+    " --set model.qk_norm.type=rms --set monitor.every=10 --set train.threads=1";  // 1: steady on a busy machine
+
+nlohmann::json run_bench(const std::string& extra, std::string* output) {
+  const std::string dir = keel_test::make_temp_dir("bench");
+  const std::string json_path = dir + "/bench.json";
+  const int rc = keel_test::run_keel("bench " + keel_test::source_path("configs/bench-cpu-tiny.yaml") + kSmall +
+                                         " --random-data --json " + json_path + extra,
+                                     output);
+  EXPECT_EQ(rc, 0) << *output;
+  if (rc != 0) return nullptr;
+  return nlohmann::json::parse(keel_test::read_file(json_path));
+}
+
+TEST(Bench, JsonRecordIsCompleteAndConsistent) {
+  std::string out;
+  auto r = run_bench(" --steps 4 --warmup 1 --breakdown-steps 3 --monitor-repeats 2", &out);
+  ASSERT_FALSE(r.is_null());
+  EXPECT_EQ(r["tool"], "keel");
+  EXPECT_EQ(r["steps"], 4);
+  EXPECT_EQ(r["step_ms"]["all"].size(), 4u);
+  EXPECT_EQ(r["batch"]["tokens_per_step"], 4 * 32);
+  EXPECT_EQ(r["batch"]["micro_steps"], 2);
+  EXPECT_GT(r["parameters"].get<int64_t>(), 0);
+  const double med = r["step_ms"]["median"], mean = r["step_ms"]["mean"];
+  EXPECT_GT(med, 0);
+  EXPECT_GE(r["step_ms"]["max"].get<double>(), med);
+  EXPECT_LE(r["step_ms"]["min"].get<double>(), med);
+  EXPECT_GT(mean, 0);
+  // tokens/s is tokens per step over the median step time.
+  EXPECT_NEAR(r["tokens_per_s"].get<double>(), 4 * 32 / (med / 1e3), 1e-6 * r["tokens_per_s"].get<double>());
+  // MFU: FLOPs/token * tokens/s / peak, a fraction in (0, 1).
+  const double mfu = r["mfu"], peak = r["peak_flops"];
+  EXPECT_GT(peak, 0);
+  EXPECT_GT(mfu, 0);
+  EXPECT_LT(mfu, 1);
+  EXPECT_NEAR(mfu, r["flops_per_token"].get<double>() * r["tokens_per_s"].get<double>() / peak, 1e-9);
+  EXPECT_NE(r["flops_convention"].get<std::string>().find("6*N"), std::string::npos);
+  EXPECT_GT(r["peak_memory_bytes"].get<int64_t>(), 1 << 20);
+  // The phases add up to the breakdown step; that step is about a timed step
+  // (loose bounds: the machine is shared, and each phase ends in a sync).
+  const auto& b = r["breakdown_ms"];
+  ASSERT_TRUE(b.is_object()) << r.dump(2);
+  double parts = 0;
+  for (const char* k : {"data", "forward", "backward", "optimizer", "communication", "other"}) {
+    ASSERT_TRUE(b.contains(k)) << k;
+    EXPECT_GE(b[k].get<double>(), 0) << k;
+    parts += b[k].get<double>();
+  }
+  EXPECT_GT(b["forward"].get<double>(), 0);
+  EXPECT_GT(b["backward"].get<double>(), 0);
+  EXPECT_GT(b["optimizer"].get<double>(), 0);
+  const double total = b["total"];
+  EXPECT_NEAR(parts, total, 0.15 * total + 0.5);  // medians of parts vs median of totals
+  EXPECT_GT(total, 0.3 * med);
+  EXPECT_LT(total, 3.0 * med + 5);
+  // Monitoring: one statistics forward, amortised over monitor.every = 10 steps.
+  const auto& m = r["monitor"];
+  EXPECT_EQ(m["every"], 10);
+  EXPECT_GT(m["stats_ms"].get<double>(), 0);
+  EXPECT_NEAR(m["amortized_ms_per_step"].get<double>(), m["stats_ms"].get<double>() / 10, 1e-9);
+  EXPECT_NEAR(m["percent_of_step"].get<double>(), 100 * m["amortized_ms_per_step"].get<double>() / med, 1e-6);
+  EXPECT_NE(out.find("tokens/s"), std::string::npos) << out;
+  EXPECT_NE(out.find("MFU"), std::string::npos) << out;
+}
+
+TEST(Bench, PeakOverrideSetsMfuDenominator) {
+  std::string out;
+  auto r = run_bench(" --steps 2 --warmup 0 --breakdown-steps 0 --monitor-repeats 0 --peak-tflops 0.5", &out);
+  ASSERT_FALSE(r.is_null());
+  EXPECT_DOUBLE_EQ(r["peak_flops"].get<double>(), 0.5e12);
+  EXPECT_NE(r["peak_source"].get<std::string>().find("--peak-tflops"), std::string::npos);
+  EXPECT_TRUE(r["breakdown_ms"].is_null());
+  EXPECT_TRUE(r["monitor"]["stats_ms"].is_null());
+}
+
+TEST(Bench, RefusesToRunAsARankOfADistributedJob) {
+  // torchrun's variables make this process a rank; bench is single-process.
+  std::string out;
+  const std::string args = "bench " + keel_test::source_path("configs/bench-cpu-tiny.yaml") + kSmall +
+                           " --random-data --steps 1 --warmup 0 --breakdown-steps 0 --monitor-repeats 0 --json " +
+                           keel_test::make_temp_dir("bench") + "/b.json";
+  const int rc = keel_test::run_keel(args, &out);
+  ASSERT_EQ(rc, 0) << out;  // sanity: without the variables it runs
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  setenv("LOCAL_WORLD_SIZE", "1", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", "29517", 1);
+  const int rc2 = keel_test::run_keel(args, &out);
+  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+    unsetenv(v);
+  EXPECT_EQ(rc2, 2) << out;
+  EXPECT_NE(out.find("single process"), std::string::npos) << out;
+}
+
+// For tests/python/test_bench_reference.py: builds the model of
+// $KEEL_INTEROP_CONFIG (with the comma-separated $KEEL_INTEROP_SET overrides),
+// perturbs every weight (so unit gains and zero biases cannot hide a
+// mismatch), and writes the weights, fixed tokens and keel's fp32 logits to
+// $KEEL_INTEROP_DIR/reference.safetensors, with the parameter count.
+TEST(Interop, BenchReferenceModel) {
+  const char* dir = std::getenv("KEEL_INTEROP_DIR");
+  const char* config_path = std::getenv("KEEL_INTEROP_CONFIG");
+  if (!dir || !config_path) GTEST_SKIP() << "KEEL_INTEROP_DIR/CONFIG not set (run by tests/python)";
+  std::vector<std::string> overrides;
+  if (const char* sets = std::getenv("KEEL_INTEROP_SET")) {
+    std::stringstream ss(sets);
+    for (std::string item; std::getline(ss, item, ',');)
+      if (!item.empty()) overrides.push_back(item);
+  }
+  keel::Config cfg = keel::load_config(config_path, overrides);
+  auto model = keel::build_model(cfg.model, 7);
+  torch::manual_seed(11);
+  keel::TensorMap out;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : model->named_parameters(true)) {
+      item.value().add_(torch::randn_like(item.value()) * 0.05);
+      out.emplace_back(item.key(), item.value().detach().clone());
+    }
+  }
+  const int64_t T = std::min<int64_t>(cfg.seq_len(), 48);
+  auto tokens = torch::randint(0, cfg.model.vocab_size, {2, T}, torch::kInt64);
+  torch::Tensor logits;
+  {
+    torch::NoGradGuard no_grad;
+    logits = model->forward(tokens);
+  }
+  out.emplace_back("__tokens", tokens);
+  out.emplace_back("__logits", logits.to(torch::kFloat32).contiguous());
+  const auto size = keel::model_size(cfg.model, T);
+  keel::write_safetensors(std::string(dir) + "/reference.safetensors", out,
+                          {{"parameters", std::to_string(size.total)}});
+}
+
+}  // namespace
