@@ -67,6 +67,9 @@ Dist::~Dist() = default;
 Dist::Dist(const DistEnv& env, const std::string& backend, double timeout_s)
     : env_(env), backend_(backend), timeout_s_(timeout_s), h_(std::make_unique<Handles>()) {
   if (!env.distributed()) return;
+  // Under torchrun the store may be its agent's, which outlives the workers
+  // when it restarts them: keys are per restart so old ones never match.
+  if (const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT")) key_prefix_ += std::string(restart) + "/";
   // 1. Rendezvous: rank 0 listens, the others connect (retrying until the timeout).
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(env.master_port);
@@ -101,17 +104,17 @@ Dist::Dist(const DistEnv& env, const std::string& backend, double timeout_s)
   };
   std::vector<std::string> missing;
   try {
-    if (h_->store->add("keel/rank_claims/" + me, 1) > 1)
+    if (h_->store->add(key_prefix_ + "rank_claims/" + me, 1) > 1)
       throw DistError("two processes claim rank " + me + " (RANK/SLURM_PROCID)");
     if (env.rank != 0) {
-      h_->store->wait({"keel/hello/0"}, to_ms(timeout_s));
-      const std::string theirs = text(h_->store->get("keel/hello/0"));
-      h_->store->set("keel/hello/" + me, bytes(mine));
+      h_->store->wait({key_prefix_ + "hello/0"}, to_ms(timeout_s));
+      const std::string theirs = text(h_->store->get(key_prefix_ + "hello/0"));
+      h_->store->set(key_prefix_ + "hello/" + me, bytes(mine));
       if (theirs != mine) throw mismatch(0, theirs);
     } else {
-      h_->store->set("keel/hello/0", bytes(mine));
+      h_->store->set(key_prefix_ + "hello/0", bytes(mine));
       for (int r = 1; r < env.world_size; ++r) {
-        const std::string key = "keel/hello/" + std::to_string(r);
+        const std::string key = key_prefix_ + "hello/" + std::to_string(r);
         try {
           h_->store->wait({key}, to_ms(timeout_s));
         } catch (const std::exception&) {
@@ -239,7 +242,7 @@ void Dist::barrier(const char* what) {
 
 std::vector<std::string> Dist::exchange(const std::string& key, const std::string& value) {
   if (!distributed()) return {value};
-  const std::string prefix = "keel/x/" + std::to_string(exchange_seq_++) + "/" + key + "/";
+  const std::string prefix = key_prefix_ + "x/" + std::to_string(exchange_seq_++) + "/" + key + "/";
   h_->store->set(prefix + std::to_string(rank()), bytes(value));
   std::vector<std::string> out;
   for (int r = 0; r < world(); ++r) {

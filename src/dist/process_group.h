@@ -79,6 +79,7 @@ class Dist {
   std::string backend_ = "none";
   double timeout_s_ = 300;
   int64_t exchange_seq_ = 0;
+  std::string key_prefix_ = "keel/";  // store keys; per torchrun restart
   struct Handles;
   std::unique_ptr<Handles> h_;
 };
