@@ -15,8 +15,17 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// KEEL_CPU_FUSED=0 turns the norm and RoPE kernels off (to measure what they buy).
+bool fused_kernels_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("KEEL_CPU_FUSED");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  return on;
+}
+
 bool cpu_float_or_double(const torch::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && !t.is_sparse() &&
+  return fused_kernels_enabled() && t.defined() && t.device().is_cpu() && !t.is_sparse() &&
          (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64);
 }
 

@@ -10,6 +10,7 @@
 // composite ATen path, which is also what CUDA uses. Results equal the
 // composite path up to float rounding (RoPE: bit for bit); the backward is
 // deterministic for a given shape, whatever the thread count.
+// KEEL_CPU_FUSED=0 turns them off (to measure what they buy).
 #pragma once
 
 #include <torch/torch.h>

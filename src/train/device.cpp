@@ -42,7 +42,11 @@ double measure_cpu_matmul_flops() {
 #ifdef KEEL_WITH_CUDA
 // Dense bf16 peaks from the vendors' data sheets (REFERENCE.md §7).
 static double cuda_peak_bf16(const std::string& name) {
-  if (name.find("H200") != std::string::npos || name.find("H100") != std::string::npos) return 989e12;
+  if (name.find("H100") != std::string::npos && name.find("PCIe") != std::string::npos) return 756e12;
+  if (name.find("NVL") != std::string::npos && (name.find("H100") != std::string::npos ||
+                                                 name.find("H200") != std::string::npos))
+    return 835e12;
+  if (name.find("H200") != std::string::npos || name.find("H100") != std::string::npos) return 989e12;  // SXM
   if (name.find("A100") != std::string::npos) return 312e12;
   if (name.find("L40") != std::string::npos) return 181e12;
   if (name.find("A10") != std::string::npos) return 125e12;
@@ -52,7 +56,7 @@ static double cuda_peak_bf16(const std::string& name) {
 
 // CPU training frees and reallocates the same large activation and gradient
 // buffers every step. glibc serves blocks above its mmap threshold with fresh
-// mmap()s, so each step page-faults (and zero-fills) them again: about 10% of
+// mmap()s, so each step page-faults (and zero-fills) them again: about 9% of
 // a bench-cpu step went to the kernel. Serve everything from the heap and
 // never give it back (RSS stays at its peak, which a training process
 // reaches again next step anyway). KEEL_CPU_MALLOC=system keeps glibc's defaults.
