@@ -260,9 +260,11 @@ inline Tensor ref_mlp(const Tensor& x, keel::MlpImpl& m, const keel::ModelConfig
 }
 
 // Logits [B, T, padded_vocab]; padded ids -inf. `traces` gets one entry per layer.
+// With `with_grad`, autograd records it (gradients of a reference loss
+// reach the model's parameters through the reference's own operations).
 inline Tensor ref_forward(keel::Transformer& model, const Tensor& idx,
-                          std::vector<RefAttentionTrace>* traces = nullptr) {
-  torch::NoGradGuard no_grad;
+                          std::vector<RefAttentionTrace>* traces = nullptr, bool with_grad = false) {
+  c10::AutoGradMode grad_mode(with_grad);
   const keel::ModelConfig& cfg = model->config();
   const int64_t B = idx.size(0), T = idx.size(1), C = cfg.d_model;
   auto x = model->wte.index_select(0, idx.reshape({-1})).view({B, T, C});
