@@ -10,7 +10,7 @@ FROM ${BASE}
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential cmake ninja-build pkg-config git zlib1g-dev \
         libyaml-cpp-dev libspdlog-dev libfmt-dev libsentencepiece-dev sentencepiece \
-        libcli11-dev nlohmann-json3-dev libgtest-dev \
+        libcli11-dev nlohmann-json3-dev libgtest-dev libgloo-dev \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /keel

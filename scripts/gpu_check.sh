@@ -37,6 +37,16 @@ if [[ ${BENCH:-1} != 0 ]]; then
   t0=$(date +%s)
   ./build-gpu/keel bench configs/gpt2-124m.yaml "${bench_set[@]}" --random-data --steps 20 --warmup 5 \
       --json "$out/bench-keel-gpt2.json" 2>&1 | tee "$out/bench-keel-gpt2.txt" || echo "keel bench failed"
+  # train.cuda_graph: the whole step as one graph replay, eager vs graphed,
+  # on the default (small, launch-bound) model and on GPT-2-124M.
+  for g in false true; do
+    ./build-gpu/keel bench configs/default.yaml --random-data --steps 50 --warmup 10 --set train.cuda_graph=$g \
+        --json "$out/bench-keel-default-graph-$g.json" 2>&1 | tee "$out/bench-keel-default-graph-$g.txt" \
+        || echo "keel bench (cuda_graph $g) failed"
+  done
+  ./build-gpu/keel bench configs/gpt2-124m.yaml "${bench_set[@]}" --random-data --steps 20 --warmup 5 \
+      --set train.cuda_graph=true --json "$out/bench-keel-gpt2-graph.json" 2>&1 \
+      | tee "$out/bench-keel-gpt2-graph.txt" || echo "keel bench gpt2 (cuda_graph) failed"
   KEEL=./build-gpu/keel PYTHON="$py" STEPS=20 WARMUP=5 OUT="$out/bench-compare-gpt2" \
       timeout 420 bash scripts/bench_compare.sh configs/gpt2-124m.yaml 1 "${bench_set[@]}" 2>&1 \
       | tee "$out/bench-compare-gpt2.txt" || echo "bench_compare failed (see $out/bench-compare-gpt2/)"

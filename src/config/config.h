@@ -98,6 +98,7 @@ struct TrainConfig {
   double z_loss = 0.0;
   std::string precision = "auto";          // auto | fp32 | bf16
   bool tf32 = true;
+  bool cuda_graph = false;                 // capture the whole step as one CUDA graph (step_runner.h)
   int64_t threads = 0;                     // CPU threads; 0: all cores of this rank
   int64_t log_every = 10;
   int64_t eval_every = 100;

@@ -51,6 +51,10 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   s.choice("train.precision", &t.precision, {"auto", "fp32", "bf16"},
            "auto = bf16 autocast on CUDA, fp32 on CPU");
   s.boolean("train.tf32", &t.tf32, "allow TF32 matmuls on CUDA");
+  s.boolean("train.cuda_graph", &t.cuda_graph,
+            "capture forward, backward, clip and AdamW as one CUDA graph after 3 eager steps and replay it "
+            "(small models, where launch overhead dominates); CUDA, one process; not with "
+            "monitor.skip_on_spike, monitor.layer_grad_norms, train.qk_clip_tau, model.sigma_reparam");
   s.integer("train.threads", &t.threads, "CPU threads per rank; 0 = cores / local ranks").min = 0;
   s.integer("train.log_every", &t.log_every, "steps between progress lines and metrics").min = 1;
   s.integer("train.eval_every", &t.eval_every, "steps between validation evals; 0 = only at the end").min = 0;
@@ -79,7 +83,8 @@ void declare_monitor_keys(Schema& s, MonitorConfig& m) {
   auto& ss = s.real("monitor.spike_score_sigma", &m.spike_score_sigma, "OLMo 2 spike score: sigmas");
   ss.min = 0;
   ss.min_exclusive = true;
-  s.boolean("monitor.skip_on_spike", &m.skip_on_spike, "skip the optimizer update on a flagged spike");
+  s.boolean("monitor.skip_on_spike", &m.skip_on_spike, "skip the optimizer update on a flagged spike (costs one host sync per step on CUDA: the "
+            "verdict comes before the update)");
   auto& lf = s.real("monitor.diverge_loss_factor", &m.diverge_loss_factor,
                     "diverged when loss exceeds this times the initial loss");
   lf.min = 1;
@@ -126,6 +131,13 @@ void check_train(const Config& c, ConfigErrors& e) {
   if (t.qk_clip_tau && c.model.qk_norm.type != "none")
     e.add("train.qk_clip_tau", "QK-clip rescales W_q and W_k, which model.qk_norm (" + c.model.qk_norm.type +
                                    ") normalises away; use one or the other");
+  if (t.cuda_graph) {  // these need the host between the phases of a step (step_runner.h)
+    const std::string why = " needs the host in the middle of a step, which a CUDA graph replays in one piece";
+    if (c.monitor.skip_on_spike) e.add("train.cuda_graph", "monitor.skip_on_spike" + why);
+    if (c.monitor.layer_grad_norms) e.add("train.cuda_graph", "monitor.layer_grad_norms" + why);
+    if (t.qk_clip_tau) e.add("train.cuda_graph", "train.qk_clip_tau" + why);
+    if (c.model.sigma_reparam) e.add("train.cuda_graph", "model.sigma_reparam" + why);
+  }
   if (t.warmup_steps > t.max_steps)
     e.add("train.warmup_steps", std::to_string(t.warmup_steps) + " is longer than train.max_steps = " +
                                     std::to_string(t.max_steps));

@@ -71,7 +71,8 @@ std::vector<int64_t> BatchLoader::val_window_starts(int64_t i) const {
 
 Batch BatchLoader::assemble(const std::vector<int64_t>& starts) const {
   const int64_t T = seq_len_;
-  Batch b{torch::empty({rows_, T}, torch::kInt64), torch::empty({rows_, T}, torch::kInt64)};
+  const auto opts = torch::TensorOptions().dtype(torch::kInt64).pinned_memory(pinned_.load());
+  Batch b{torch::empty({rows_, T}, opts), torch::empty({rows_, T}, opts)};
   int64_t* in = b.inputs.data_ptr<int64_t>();
   int64_t* tg = b.targets.data_ptr<int64_t>();
   for (int64_t j = 0; j < rows_; ++j) {

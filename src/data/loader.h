@@ -25,6 +25,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -79,6 +80,11 @@ class BatchLoader {
   int32_t eos_id() const { return manifest_.tokenizer.eos_id; }
   const DataManifest& manifest() const { return manifest_; }
 
+  // Build batches in pinned (page-locked) host memory from now on, so that
+  // copies to a CUDA device are asynchronous. Needs a CUDA runtime.
+  void set_pinned(bool pinned) { pinned_ = pinned; }
+  bool pinned() const { return pinned_; }
+
   // Milliseconds the last get() blocked the caller (0 when prefetched in
   // time), and the sum over all get() calls.
   double last_wait_ms() const { return last_wait_ms_; }
@@ -95,6 +101,7 @@ class BatchLoader {
   uint64_t seed_;
   int64_t windows_ = 0, val_windows_ = 0;
   bool shift_epochs_ = true;
+  std::atomic<bool> pinned_{false};
 
   int64_t prefetch_;
   std::thread thread_;

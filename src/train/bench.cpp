@@ -1,5 +1,5 @@
-// `keel bench`: see bench.h. The step below is train_step() of trainer.cpp
-// without logging, monitoring and fault injection; keep them in step.
+// `keel bench`: see bench.h. The step is the trainer's (StepRunner,
+// step_runner.h) without logging, monitoring and fault injection.
 #include "train/bench.h"
 
 #include <sys/resource.h>
@@ -19,12 +19,12 @@
 #include "dist/dist_env.h"
 #include "model/init.h"
 #include "model/model_size.h"
-#include "model/sigma_reparam.h"
 #include "train/device.h"
 #include "train/model_stats.h"
 #include "train/optimizer.h"
 #include "train/qk_clip.h"
 #include "train/schedule.h"
+#include "train/step_runner.h"
 #include "util/log.h"
 
 #ifdef KEEL_WITH_CUDA
@@ -72,7 +72,6 @@ class Bench {
   void setup();
   Batch batch(int64_t step);
   double step(int64_t step, Phases* phases);  // returns wall ms (synchronised at the end)
-  void apply_qk_clip();
   nlohmann::json monitor_cost(double step_ms);
   int64_t peak_memory_bytes(std::string* source) const;
 
@@ -82,9 +81,10 @@ class Bench {
   ModelSize size_;
   Transformer model_{nullptr};
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<StepRunner> runner_;
   std::unique_ptr<BatchLoader> loader_;
   int64_t batch_ = 0, seq_len_ = 0, micro_ = 0, n_micro_ = 0;
-  torch::Tensor nonfinite_count_, loss_sum_;
+  torch::Tensor nonfinite_count_, loss_sum_, signals_;
 };
 
 void Bench::setup() {
@@ -115,6 +115,9 @@ void Bench::setup() {
   std::vector<NamedParam> params;
   for (auto& item : model_->named_parameters(true)) params.push_back({item.key(), item.value()});
   optimizer_ = std::make_unique<AdamW>(params, cfg_.train);
+  check_cuda_graph_setup(cfg_, compute_, 1);
+  runner_ = std::make_unique<StepRunner>(model_, *optimizer_, cfg_, compute_, micro_);
+  if (loader_ && compute_.device.is_cuda()) loader_->set_pinned(true);  // as the trainer
   if (cfg_.train.qk_clip_tau)  // as the trainer: the forwards record each head's largest logit
     for (const auto& blk : *model_->blocks) blk->as<BlockImpl>()->attn->track_head_max = true;
   auto zeros = [&] { return torch::zeros({}, torch::TensorOptions().device(compute_.device)); };
@@ -126,6 +129,7 @@ Batch Bench::batch(int64_t step) {
   if (loader_) return loader_->get(step);
   // Uniform random tokens, made on the CPU like the loader's batches.
   auto tokens = torch::randint(0, cfg_.model.vocab_size, {batch_, seq_len_ + 1}, torch::kInt64);
+  if (compute_.device.is_cuda()) tokens = tokens.pin_memory();
   return {tokens.narrow(1, 0, seq_len_).contiguous(), tokens.narrow(1, 1, seq_len_).contiguous()};
 }
 
@@ -142,36 +146,31 @@ double Bench::step(int64_t step, Phases* ph) {
     mark = now;
   };
   const double lr = lr_at(cfg_.train, step);
-  optimizer_->zero_grad();
-  if (cfg_.model.sigma_reparam) sigma_reparam_power_step(*model_);
-  if (cfg_.train.qk_clip_tau)
-    for (const auto& blk : *model_->blocks) blk->as<BlockImpl>()->attn->head_max = torch::Tensor();
-  Batch b = batch(step);
-  lap(&Phases::data);
-  auto step_loss = torch::zeros({}, torch::TensorOptions().device(dev));
-  for (int64_t i = 0; i < n_micro_; ++i) {
-    auto x = b.inputs.narrow(0, i * micro_, micro_).to(dev, /*non_blocking=*/true);
-    auto y = b.targets.narrow(0, i * micro_, micro_).to(dev, true);
+  StepResult r;
+  if (runner_->graph_mode()) {  // one replay: no phases to tell apart
+    Batch b = batch(step);
     lap(&Phases::data);
-    LossParts loss;
-    {
-      AutocastScope autocast(compute_.bf16_autocast);
-      auto logits = model_->forward(x);
-      loss = language_model_loss(logits, y, cfg_.train.z_loss);
-    }
+    r = runner_->graphed_step(runner_->to_device(b), lr);
     lap(&Phases::forward);
-    (loss.total / static_cast<double>(n_micro_)).backward();
-    step_loss += loss.ce.detach() / static_cast<double>(n_micro_);
-    lap(&Phases::backward);
+  } else {
+    optimizer_->zero_grad();
+    runner_->begin_step();
+    Batch b = batch(step);
+    auto on_device = runner_->to_device(b);
+    lap(&Phases::data);
+    MicroHooks hooks;
+    hooks.before_backward = [&](int64_t, LossParts&) { lap(&Phases::forward); };
+    hooks.after_backward = [&](int64_t) { lap(&Phases::backward); };
+    r.loss = runner_->forward_backward(on_device, hooks);
+    lap(&Phases::communication);  // no gradient all-reduce in a single process: ~0
+    r.clip = runner_->clip(r.loss.ce);
+    runner_->update(lr, r.clip.found_inf);
+    if (cfg_.train.qk_clip_tau) qk_clip_model_(model_, *cfg_.train.qk_clip_tau);
   }
-  lap(&Phases::communication);  // no gradient all-reduce in a single process: ~0
-  loss_sum_ += step_loss;
-  auto grad_norm = clip_grad_norm(optimizer_->params(), cfg_.train.grad_clip);
-  auto found_inf = 1.0 - (torch::isfinite(grad_norm) & torch::isfinite(step_loss)).to(torch::kFloat32);
-  nonfinite_count_ += found_inf;
-  auto signals = torch::stack({step_loss.to(torch::kFloat32), grad_norm.to(torch::kFloat32)});  // spike queue
-  optimizer_->step(lr, found_inf);
-  if (cfg_.train.qk_clip_tau) apply_qk_clip();
+  // The trainer's bookkeeping: loss sum, non-finite count, the spike queue.
+  loss_sum_ += r.loss.ce;
+  nonfinite_count_ += r.clip.found_inf;
+  signals_ = torch::stack({r.loss.ce.to(torch::kFloat32), r.clip.grad_norm.to(torch::kFloat32)});
   // The trainer reads the non-finite count every step on the CPU (free there).
   if (dev.is_cpu()) (void)nonfinite_count_.item<double>();
   lap(&Phases::optimizer);
@@ -179,18 +178,6 @@ double Bench::step(int64_t step, Phases* ph) {
   const double total = ms_between(start, Clock::now());
   if (ph) ph->total += total;
   return total;
-}
-
-// Trainer::apply_qk_clip for one process (no all-reduce of the maxima).
-void Bench::apply_qk_clip() {
-  const double tau = *cfg_.train.qk_clip_tau;
-  for (const auto& blk : *model_->blocks) {
-    auto& attn = blk->as<BlockImpl>()->attn;
-    auto head_max = attn->head_max.defined()
-                        ? attn->head_max.to(torch::kFloat32)
-                        : torch::zeros({attn->n_heads()}, torch::TensorOptions().device(compute_.device));
-    qk_clip_(attn->wq, attn->bq, attn->wk, attn->bk, head_max, tau, attn->n_heads(), attn->n_kv_heads());
-  }
 }
 
 // The monitoring forward the trainer runs every monitor.every steps
@@ -249,9 +236,9 @@ nlohmann::json Bench::run() {
   setup();
   const auto& m = cfg_.model;
   const double tokens_per_step = static_cast<double>(batch_ * seq_len_);
-  std::cout << strf("keel bench %s: %s, %s; %s parameters; batch %lld x %lld tokens (%lld micro-step%s of %lld)%s\n",
+  std::cout << strf("keel bench %s: %s, %s%s; %s parameters; batch %lld x %lld tokens (%lld micro-step%s of %lld)%s\n",
                     opt_.config_name.c_str(), compute_.device_name.c_str(),
-                    compute_.bf16_autocast ? "bf16 autocast" : "fp32", si(static_cast<double>(size_.total)).c_str(),
+                    compute_.bf16_autocast ? "bf16 autocast" : "fp32", runner_->graph_mode() ? ", CUDA graph" : "", si(static_cast<double>(size_.total)).c_str(),
                     static_cast<long long>(batch_), static_cast<long long>(seq_len_),
                     static_cast<long long>(n_micro_), n_micro_ > 1 ? "s" : "", static_cast<long long>(micro_),
                     opt_.random_data ? ", random tokens" : "")
@@ -286,6 +273,10 @@ nlohmann::json Bench::run() {
     for (const char* k : {"data", "forward", "backward", "optimizer", "communication"})
       parts += breakdown[k].get<double>();
     breakdown["other"] = std::max(0.0, breakdown["total"].get<double>() - parts);
+    if (runner_->graph_mode()) {  // forward .. update are one replay, charged to "forward" above
+      breakdown["graph_replay"] = breakdown["forward"];
+      for (const char* k : {"forward", "backward", "optimizer", "communication"}) breakdown[k] = nullptr;
+    }
   }
   nlohmann::json monitor = monitor_cost(med);
   std::string mem_source;
@@ -300,6 +291,7 @@ nlohmann::json Bench::run() {
       {"device", compute_.device.str()},
       {"device_name", compute_.device_name},
       {"precision", compute_.bf16_autocast ? "bf16 autocast" : "fp32"},
+      {"cuda_graph", runner_->graph_mode()},
       {"threads", compute_.threads},
       {"parameters", size_.total},
       {"matmul_parameters", size_.matmul},
@@ -335,7 +327,12 @@ nlohmann::json Bench::run() {
                     compute_.peak_source.c_str())
             << "             " << flops_convention() << "; " << si(size_.flops_per_token) << "FLOPs/token\n"
             << strf("  memory     peak %.1f MiB (%s)\n", static_cast<double>(peak_mem) / (1 << 20), mem_source.c_str());
-  if (!breakdown.is_null())
+  if (!breakdown.is_null() && breakdown.contains("graph_replay"))
+    std::cout << strf("  breakdown  data %.2f | CUDA graph replay (forward .. update) %.2f | other %.2f ms (median of "
+                      "%zu steps; total %.2f)\n",
+                      breakdown["data"].get<double>(), breakdown["graph_replay"].get<double>(),
+                      breakdown["other"].get<double>(), phases.size(), breakdown["total"].get<double>());
+  else if (!breakdown.is_null())
     std::cout << strf("  breakdown  data %.2f | forward %.2f | backward %.2f | optimizer %.2f | communication %.2f | "
                       "other %.2f ms (median of %zu steps synchronised per phase; total %.2f)\n",
                       breakdown["data"].get<double>(), breakdown["forward"].get<double>(),

@@ -37,11 +37,17 @@ void AdamW::zero_grad() {
     if (p.param.grad().defined()) p.param.mutable_grad() = torch::Tensor();
 }
 
+void AdamW::step(const torch::Tensor& lr, const torch::Tensor& found_inf) {
+  if (!fused_) return step(lr.item<double>(), found_inf);
+  torch::NoGradGuard no_grad;
+  for (const auto& g : groups_) step_fused(g, 0.0, lr, found_inf);
+}
+
 void AdamW::step(double lr, const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   for (const auto& g : groups_) {
     if (fused_) {
-      step_fused(g, lr, found_inf);
+      step_fused(g, lr, torch::Tensor(), found_inf);
     } else {
       if (found_inf.defined() && found_inf.item<float>() != 0.0f) return;  // reference path syncs
       step_reference(g, lr);
@@ -49,7 +55,7 @@ void AdamW::step(double lr, const torch::Tensor& found_inf) {
   }
 }
 
-void AdamW::step_fused(const Group& g, double lr, const torch::Tensor& found_inf) {
+void AdamW::step_fused(const Group& g, double lr, const torch::Tensor& lr_tensor, const torch::Tensor& found_inf) {
   std::vector<torch::Tensor> p, grads, m, v, steps;
   for (size_t i : g.index) {
     if (!params_[i].param.grad().defined()) continue;
@@ -65,8 +71,12 @@ void AdamW::step_fused(const Group& g, double lr, const torch::Tensor& found_inf
   if (found_inf.defined()) torch::_foreach_add_(steps, 1.0 - found_inf);
   else torch::_foreach_add_(steps, 1.0);
   c10::optional<at::Tensor> inf = found_inf.defined() ? c10::optional<at::Tensor>(found_inf) : c10::nullopt;
-  at::_fused_adamw_(p, grads, m, v, {}, steps, lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps,
-                    /*amsgrad=*/false, /*maximize=*/false, c10::nullopt, inf);
+  if (lr_tensor.defined())
+    at::_fused_adamw_(p, grads, m, v, {}, steps, lr_tensor, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false, c10::nullopt, inf);
+  else
+    at::_fused_adamw_(p, grads, m, v, {}, steps, lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false, c10::nullopt, inf);
 }
 
 void AdamW::step_reference(const Group& g, double lr) {

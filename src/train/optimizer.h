@@ -29,6 +29,10 @@ class AdamW {
   // parameters' device, or undefined) skips the update on the device without
   // a host sync, as the fused kernel's found_inf argument does.
   void step(double lr, const torch::Tensor& found_inf = {});
+  // The same with the learning rate as a float32 scalar tensor on the
+  // parameters' device (CUDA-graph capture: the LR changes between replays).
+  // The fused kernel reads it on the device; the reference loop reads it back.
+  void step(const torch::Tensor& lr, const torch::Tensor& found_inf = {});
   void zero_grad();
 
   const std::vector<NamedParam>& params() const { return params_; }
@@ -42,7 +46,8 @@ class AdamW {
     std::vector<size_t> index;  // into params_
     double weight_decay;
   };
-  void step_fused(const Group& g, double lr, const torch::Tensor& found_inf);
+  // lr_tensor, when defined, takes the place of lr.
+  void step_fused(const Group& g, double lr, const torch::Tensor& lr_tensor, const torch::Tensor& found_inf);
   void step_reference(const Group& g, double lr);
   std::vector<NamedParam> params_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_, steps_;

@@ -25,4 +25,23 @@ torch::Tensor qk_clip_(torch::Tensor& wq, torch::Tensor& bq, torch::Tensor& wk, 
   return gamma;
 }
 
+torch::Tensor qk_clip_model_(Transformer& model, double tau,
+                             const std::function<void(torch::Tensor&)>& reduce_max) {
+  std::vector<torch::Tensor> maxima;
+  for (const auto& b : *model->blocks) {
+    auto& attn = b->as<BlockImpl>()->attn;
+    maxima.push_back(attn->head_max.defined()
+                         ? attn->head_max.to(torch::kFloat32)
+                         : torch::zeros({attn->n_heads()}, attn->wq.options().dtype(torch::kFloat32)));
+  }
+  auto all = torch::stack(maxima);  // [layers, heads]
+  if (reduce_max) reduce_max(all);
+  for (size_t i = 0; i < maxima.size(); ++i) {
+    auto& attn = model->blocks[i]->as<BlockImpl>()->attn;
+    qk_clip_(attn->wq, attn->bq, attn->wk, attn->bk, all[static_cast<int64_t>(i)], tau, attn->n_heads(),
+             attn->n_kv_heads());
+  }
+  return (all > tau).sum().to(torch::kFloat32);
+}
+
 }  // namespace keel

@@ -14,6 +14,10 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
+#include "model/transformer.h"
+
 namespace keel {
 
 // head_max: [n_heads] max |score| per query head this step (scale applied,
@@ -21,5 +25,13 @@ namespace keel {
 // per-head factor γ (1 where no clip happened).
 torch::Tensor qk_clip_(torch::Tensor& wq, torch::Tensor& bq, torch::Tensor& wk, torch::Tensor& bk,
                        const torch::Tensor& head_max, double tau, int64_t n_heads, int64_t n_kv_heads);
+
+// QK-clip over every layer of `model`, from the per-head maxima its forwards
+// recorded this step (AttentionImpl::head_max; a layer with none counts as 0).
+// `reduce_max` (data parallel) replaces the [layers, heads] maxima by their
+// maximum over all ranks, so that every replica rescales alike. Returns how
+// many heads were rescaled (a device scalar).
+torch::Tensor qk_clip_model_(Transformer& model, double tau,
+                             const std::function<void(torch::Tensor&)>& reduce_max = nullptr);
 
 }  // namespace keel

@@ -23,9 +23,9 @@
 #include "train/model_stats.h"
 #include "train/optimizer.h"
 #include "train/run_dir.h"
-#include "model/sigma_reparam.h"
 #include "train/qk_clip.h"
 #include "train/schedule.h"
+#include "train/step_runner.h"
 #include "train/trainer_impl.h"
 
 namespace keel {
@@ -72,6 +72,7 @@ void Trainer::setup() {
                                                      cfg_.dist.timeout_s)
                             : std::make_unique<Dist>();
   check_config_matches_rank0();
+  check_cuda_graph_setup(cfg_, compute_, dist_->world());  // every rank alike, before anything is written
 
   seq_len_ = cfg_.seq_len();
   global_batch_ = cfg_.train.batch_tokens > 0 ? cfg_.train.batch_tokens / seq_len_ : cfg_.train.batch_size;
@@ -123,6 +124,9 @@ void Trainer::setup() {
     std::vector<NamedParam> params;
     for (auto& item : model_->named_parameters(true)) params.push_back({item.key(), item.value()});
     optimizer_ = std::make_unique<AdamW>(params, cfg_.train);
+    runner_ = std::make_unique<StepRunner>(model_, *optimizer_, cfg_, compute_, micro_batch_);
+    // Batches in page-locked memory: their copies to the GPU do not block the host.
+    if (compute_.device.is_cuda()) train_data_->set_pinned(true);
 
     auto zeros = [&] { return torch::zeros({}, torch::TensorOptions().device(compute_.device)); };
     loss_sum_ = zeros();
@@ -133,6 +137,8 @@ void Trainer::setup() {
     if (cfg_.train.qk_clip_tau)  // the forwards record each head's largest logit (explicit attention path)
       for (const auto& b : *model_->blocks) b->as<BlockImpl>()->attn->track_head_max = true;
     read_fault_injection();
+    if (cfg_.train.cuda_graph && (nan_at_step_ || spike_at_step_))
+      run_->log->warn("KEEL_FAULT_INJECT loss faults are not planted inside a CUDA graph (train.cuda_graph)");
   });
   if (!opts_.resume.empty()) {
     std::string dir;
@@ -185,21 +191,8 @@ nlohmann::json Trainer::per_layer_grad_norms() {
 // logits the step's forwards recorded; ranks take the maximum over all ranks
 // so that every replica applies the same rescaling.
 void Trainer::apply_qk_clip() {
-  std::vector<torch::Tensor> maxima;
-  for (const auto& b : *model_->blocks) {
-    auto& attn = b->as<BlockImpl>()->attn;
-    maxima.push_back(attn->head_max.defined() ? attn->head_max.to(torch::kFloat32)
-                                              : torch::zeros({attn->n_heads()}, torch::TensorOptions().device(compute_.device)));
-  }
-  auto all = torch::stack(maxima);  // [layers, heads]
-  dist_->all_reduce_max(all, "the QK-clip maximum");
-  const double tau = *cfg_.train.qk_clip_tau;
-  for (size_t i = 0; i < maxima.size(); ++i) {
-    auto& attn = model_->blocks[i]->as<BlockImpl>()->attn;
-    qk_clip_(attn->wq, attn->bq, attn->wk, attn->bk, all[static_cast<int64_t>(i)], tau, attn->n_heads(),
-             attn->n_kv_heads());
-  }
-  auto clipped = (all > tau).sum().to(torch::kFloat32);
+  auto clipped = qk_clip_model_(model_, *cfg_.train.qk_clip_tau,
+                                [&](torch::Tensor& maxima) { dist_->all_reduce_max(maxima, "the QK-clip maximum"); });
   qk_clipped_heads_ = qk_clipped_heads_.defined() ? qk_clipped_heads_ + clipped : clipped;
 }
 
@@ -256,13 +249,21 @@ void Trainer::train_step(int64_t step) {
   if (step + 1 == kill_at_step_) std::raise(SIGKILL);  // injected fault: this rank dies
   while (step + 1 == hang_at_step_) std::this_thread::sleep_for(std::chrono::seconds(1));  // ... or hangs
   lr_ = lr_at(cfg_.train, step);
-  if (grad_sync_)
-    grad_sync_->zero_grad();  // zeroes the buckets that .grad views
-  else
-    optimizer_->zero_grad();
-  if (cfg_.model.sigma_reparam) sigma_reparam_power_step(*model_);  // one power-iteration step per step
-  if (cfg_.train.qk_clip_tau)
-    for (const auto& b : *model_->blocks) b->as<BlockImpl>()->attn->head_max = torch::Tensor();
+  const bool logging = (step + 1) % cfg_.train.log_every == 0 || step + 1 == cfg_.train.max_steps;
+  const bool graphed = runner_->graph_mode();
+  // On logging steps, the weights before the step, to measure the update.
+  std::vector<torch::Tensor> before;
+  if (logging) {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : optimizer_->params()) before.push_back(p.param.detach().clone());
+  }
+  if (!graphed) {
+    if (grad_sync_)
+      grad_sync_->zero_grad();  // zeroes the buckets that .grad views
+    else
+      optimizer_->zero_grad();
+    runner_->begin_step();
+  }
   auto wait0 = Clock::now();
   Batch batch = train_data_->get(step);
   loader_wait_ms_ += seconds_since(wait0) * 1e3;
@@ -277,46 +278,31 @@ void Trainer::train_step(int64_t step) {
     stability_->observe_attention(step + 1, attn);
     final_z_ = pending_monitor_["output"]["z_loss"].get<double>();
   }
-  auto step_loss = torch::zeros({}, torch::TensorOptions().device(compute_.device));
-  auto step_z = torch::zeros({}, torch::TensorOptions().device(compute_.device));
-  for (int64_t i = 0; i < n_micro_; ++i) {
-    if (grad_sync_ && i == n_micro_ - 1) grad_sync_->arm();  // this backward's gradients are final
-    auto x = batch.inputs.narrow(0, i * micro_batch_, micro_batch_).to(compute_.device, /*non_blocking=*/true);
-    auto y = batch.targets.narrow(0, i * micro_batch_, micro_batch_).to(compute_.device, true);
-    LossParts loss;
-    {
-      AutocastScope autocast(compute_.bf16_autocast);
-      auto logits = model_->forward(x);
-      loss = language_model_loss(logits, y, cfg_.train.z_loss);
+  StepResult r;
+  if (graphed) {
+    r = runner_->graphed_step(runner_->to_device(batch), lr_);  // forward .. update in one replay
+  } else {
+    MicroHooks hooks;
+    hooks.before_backward = [&](int64_t micro, LossParts& loss) {
+      if (grad_sync_ && micro == n_micro_ - 1) grad_sync_->arm();  // this backward's gradients are final
+      inject_loss_faults(step, loss);
+    };
+    r.loss = runner_->forward_backward(runner_->to_device(batch), hooks);
+    if (grad_sync_) {
+      comm_wait_ms_ += grad_sync_->finish();  // gradients are now the mean over ranks
+      reduce_step_loss(r.loss.ce, r.loss.z);
     }
-    if (step + 1 == spike_at_step_) {  // injected fault: a loss spike
-      loss.total = loss.total * 10.0;
-      loss.ce = loss.ce * 10.0;
-    }
-    if (step + 1 == nan_at_step_) {  // injected fault: a non-finite loss
-      loss.total = loss.total * std::numeric_limits<double>::quiet_NaN();
-      loss.ce = loss.ce * std::numeric_limits<double>::quiet_NaN();
-    }
-    // Equal-sized micro-batches: the mean of their means is the batch mean.
-    (loss.total / static_cast<double>(n_micro_)).backward();
-    step_loss += loss.ce.detach() / static_cast<double>(n_micro_);
-    if (loss.z.defined()) step_z += loss.z.detach() / static_cast<double>(n_micro_);
+    if (logging && cfg_.monitor.layer_grad_norms) layer_grad_norms_ = per_layer_grad_norms();
+    r.clip = runner_->clip(r.loss.ce);
   }
-  if (grad_sync_) {
-    comm_wait_ms_ += grad_sync_->finish();  // gradients are now the mean over ranks
-    reduce_step_loss(step_loss, step_z);
-  }
-  loss_sum_ += step_loss;
-  z_sum_ += step_z;
+  loss_sum_ += r.loss.ce;
+  z_sum_ += r.loss.z;
   ++loss_count_;
-  const bool logging = (step + 1) % cfg_.train.log_every == 0 || step + 1 == cfg_.train.max_steps;
-  if (logging && cfg_.monitor.layer_grad_norms) layer_grad_norms_ = per_layer_grad_norms();
-  grad_norm_ = clip_grad_norm(optimizer_->params(), cfg_.train.grad_clip);
-  // A non-finite loss or gradient skips the update on the device, no sync.
-  auto found_inf = 1.0 - (torch::isfinite(grad_norm_) & torch::isfinite(loss_sum_)).to(torch::kFloat32);
+  grad_norm_ = r.clip.grad_norm.clone();  // the graph's copy is rewritten by the next replay
+  auto found_inf = r.clip.found_inf;
   nonfinite_count_ += found_inf;
-  auto signals = torch::stack({step_loss.to(torch::kFloat32), grad_norm_.to(torch::kFloat32)});
-  if (cfg_.monitor.skip_on_spike) {
+  auto signals = torch::stack({r.loss.ce.to(torch::kFloat32), grad_norm_.to(torch::kFloat32)});
+  if (cfg_.monitor.skip_on_spike) {  // never with train.cuda_graph (a config check)
     // The verdict is needed before the update: one host sync per step.
     auto host = signals.cpu();
     auto events = stability_->observe(step + 1, host[0].item<double>(), host[1].item<double>());
@@ -328,14 +314,10 @@ void Trainer::train_step(int64_t step) {
   } else {
     stability_->push(step + 1, signals);
   }
-  // On logging steps, also measure the update relative to the weights.
-  std::vector<torch::Tensor> before;
-  if (logging) {
-    torch::NoGradGuard no_grad;
-    for (const auto& p : optimizer_->params()) before.push_back(p.param.detach().clone());
+  if (!graphed) {
+    runner_->update(lr_, found_inf);
+    if (cfg_.train.qk_clip_tau) apply_qk_clip();
   }
-  optimizer_->step(lr_, found_inf);
-  if (cfg_.train.qk_clip_tau) apply_qk_clip();
   if (logging) {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> now;
@@ -345,6 +327,19 @@ void Trainer::train_step(int64_t step) {
     auto weights = torch::stack(torch::_foreach_norm(now, 2.0, torch::kFloat32)).norm();
     param_norm_ = weights.item<double>();
     update_ratio_ = (update / weights).item<double>();
+  }
+}
+
+// Faults planted by the tests (read_fault_injection): a loss spike or a
+// non-finite loss at one step.
+void Trainer::inject_loss_faults(int64_t step, LossParts& loss) const {
+  if (step + 1 == spike_at_step_) {
+    loss.total = loss.total * 10.0;
+    loss.ce = loss.ce * 10.0;
+  }
+  if (step + 1 == nan_at_step_) {
+    loss.total = loss.total * std::numeric_limits<double>::quiet_NaN();
+    loss.ce = loss.ce * std::numeric_limits<double>::quiet_NaN();
   }
 }
 

@@ -19,6 +19,7 @@
 #include "train/device.h"
 #include "train/optimizer.h"
 #include "train/run_dir.h"
+#include "train/step_runner.h"
 #include "train/trainer.h"
 
 namespace keel {
@@ -67,6 +68,7 @@ class Trainer {
   std::unique_ptr<RunDir> run_;
   Transformer model_{nullptr};
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<StepRunner> runner_;   // the step's device work (shared with keel bench)
   std::unique_ptr<BatchLoader> train_data_, val_data_;
   ModelSize size_;
   std::string tokenizer_path_;
@@ -76,6 +78,7 @@ class Trainer {
   int64_t kill_at_step_ = 0, hang_at_step_ = 0;  // kill_rank_at_step:R:N, hang_rank_at_step:R:N
   void read_fault_injection();
   void apply_qk_clip();
+  void inject_loss_faults(int64_t step, LossParts& loss) const;
   torch::Tensor qk_clipped_heads_;  // QK-clip: heads rescaled since the last metrics record (device)
   bool has_val_ = false;
   int64_t val_rows_ = 0;  // sequences per validation batch (all ranks together)

@@ -55,6 +55,11 @@ const BrokenCase kBroken[] = {
     {"model: 5\n", "model", "is a section"},
     {"run:\n  name: a/b\n", "run.name", "without '/'"},
     {"model:\n  d_model: [1, 2]\n", "model.d_model", "got a list"},
+    {"train:\n  cuda_graph: true\nmonitor:\n  skip_on_spike: true\n", "train.cuda_graph", "monitor.skip_on_spike"},
+    {"train:\n  cuda_graph: true\nmonitor:\n  layer_grad_norms: true\n", "train.cuda_graph",
+     "monitor.layer_grad_norms"},
+    {"train:\n  cuda_graph: true\n  qk_clip_tau: 100\n", "train.cuda_graph", "train.qk_clip_tau"},
+    {"train:\n  cuda_graph: true\nmodel:\n  sigma_reparam: true\n", "train.cuda_graph", "model.sigma_reparam"},
 };
 
 }  // namespace

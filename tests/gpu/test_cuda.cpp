@@ -2,11 +2,18 @@
 // Run on a GPU machine by scripts/gpu_check.sh.
 #include <gtest/gtest.h>
 
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <fstream>
+
 #include "checkpoint/posix_io.h"
+#include "data/loader.h"
+#include "data/prepare.h"
 #include "model/init.h"
 #include "test_util.h"
 #include "train/device.h"
 #include "train/optimizer.h"
+#include "train/step_runner.h"
 #include "train/train_state.h"
 
 using namespace keel;
@@ -27,7 +34,124 @@ ModelConfig gpu_model() {
   return m;
 }
 
+// The trainer's settings for a StepRunner on CUDA: bf16 autocast, fused
+// AdamW, clipping, z-loss; batches of 8 sequences in 2 micro-batches.
+Config runner_config(bool cuda_graph) {
+  Config c;
+  c.model = gpu_model();
+  c.train.lr = 3e-3;
+  c.train.grad_clip = 1.0;
+  c.train.z_loss = 1e-4;
+  c.train.cuda_graph = cuda_graph;
+  return c;
+}
+
+ComputeSetup cuda_compute() {
+  ComputeSetup s;
+  s.device = torch::Device(torch::kCUDA, 0);
+  s.bf16_autocast = true;
+  return s;
+}
+
+Batch pinned_batch(int64_t seed, int64_t rows = 8, int64_t T = 64) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
+  auto tokens = at::randint(0, 300, {rows, T + 1}, gen, torch::TensorOptions().dtype(torch::kLong)).pin_memory();
+  return {tokens.narrow(1, 0, T).contiguous().pin_memory(), tokens.narrow(1, 1, T).contiguous().pin_memory()};
+}
+
+std::vector<NamedParam> named(Transformer& m) {
+  std::vector<NamedParam> ps;
+  for (auto& p : m->named_parameters()) ps.push_back({p.key(), p.value()});
+  return ps;
+}
+
 }  // namespace
+
+// train.cuda_graph: 3 eager warm-up steps, one capture, replays. The losses,
+// gradient norms and weights must follow the eager runner's step by step:
+// the same kernels on the same inputs, replayed.
+TEST(Cuda, CudaGraphStepsEqualEagerSteps) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  Config eager_cfg = runner_config(false), graph_cfg = runner_config(true);
+  const auto compute = cuda_compute();
+  Transformer a = build_model(eager_cfg.model, 21, compute.device), b = build_model(graph_cfg.model, 21, compute.device);
+  AdamW opt_a(named(a), eager_cfg.train), opt_b(named(b), graph_cfg.train);
+  StepRunner eager(a, opt_a, eager_cfg, compute, 4), graphed(b, opt_b, graph_cfg, compute, 4);
+  ASSERT_TRUE(graphed.graph_mode());
+  for (int64_t step = 0; step < 8; ++step) {
+    const double lr = 3e-3 * (step + 1) / 8.0;  // a changing LR: the graph reads it from the device
+    Batch batch = pinned_batch(step);
+    opt_a.zero_grad();
+    eager.begin_step();
+    StepResult ra;
+    ra.loss = eager.forward_backward(eager.to_device(batch));
+    ra.clip = eager.clip(ra.loss.ce);
+    eager.update(lr, ra.clip.found_inf);
+    StepResult rb = graphed.graphed_step(graphed.to_device(batch), lr);
+    EXPECT_EQ(graphed.captured(), step >= kGraphWarmupSteps) << "step " << step;
+    const double la = ra.loss.ce.item<double>(), lb = rb.loss.ce.item<double>();
+    EXPECT_NEAR(la, lb, 1e-4 * std::abs(la)) << "loss at step " << step;
+    EXPECT_NEAR(ra.clip.grad_norm.item<double>(), rb.clip.grad_norm.item<double>(),
+                1e-3 * ra.clip.grad_norm.item<double>())
+        << "grad norm at step " << step;
+  }
+  auto pa = named(a), pb = named(b);
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_TRUE(torch::allclose(pa[i].param, pb[i].param, 1e-3, 1e-5)) << pa[i].name;
+}
+
+// "No host synchronisation in a step except on logging steps": with CUDA's
+// sync debug mode set to error, any synchronising call inside the step's
+// device work (an .item(), a blocking copy) throws.
+TEST(Cuda, EagerStepDoesNotSynchronise) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  Config cfg = runner_config(false);
+  const auto compute = cuda_compute();
+  Transformer m = build_model(cfg.model, 4, compute.device);
+  AdamW opt(named(m), cfg.train);
+  StepRunner runner(m, opt, cfg, compute, 4);
+  auto run_step = [&](int64_t step) {
+    Batch batch = pinned_batch(step);
+    opt.zero_grad();
+    runner.begin_step();
+    auto loss = runner.forward_backward(runner.to_device(batch));
+    auto clip = runner.clip(loss.ce);
+    runner.update(1e-3, clip.found_inf);
+  };
+  run_step(0);  // first-use initialisation (cuBLAS handles, allocator) may synchronise
+  torch::cuda::synchronize();
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  EXPECT_NO_THROW(run_step(1));
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+  torch::cuda::synchronize();
+}
+
+// The loader builds batches in page-locked memory once asked (the trainer
+// asks on CUDA), including those its prefetch thread makes.
+TEST(Cuda, LoaderBatchesArePinnedOnRequest) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = keel_test::make_temp_dir("gpu_pinned");
+  {
+    std::ofstream(dir + "/corpus.txt") << keel_test::make_sentence_corpus(5, 300);
+  }
+  Config c;
+  c.model.vocab_size = 320;
+  c.data.dir = dir + "/data";
+  c.data.sources = {dir + "/corpus.txt"};
+  c.data.doc_separator = "%";
+  ensure_prepared(c);
+  BatchLoader loader(c.data.dir, "train", 16, 4, 0, 1, 1, /*prefetch=*/2);
+  EXPECT_FALSE(loader.get(0).inputs.is_pinned());
+  loader.set_pinned(true);
+  for (int64_t step = 1; step < 5; ++step) {  // steps 1-2 may come from the prefetch queue made before
+    Batch b = loader.get(step);
+    if (step >= 4) {
+      EXPECT_TRUE(b.inputs.is_pinned()) << "step " << step;
+      EXPECT_TRUE(b.targets.is_pinned()) << "step " << step;
+    }
+  }
+  remove_tree(dir);
+}
 
 TEST(Cuda, FlashSdpaWithNativeGqaMatchesExplicitPath) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";

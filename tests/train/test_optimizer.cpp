@@ -108,6 +108,39 @@ TEST(AdamW, FusedEqualsReferenceOnAModel) {
     EXPECT_TRUE(torch::allclose(sa[i].second, sb[i].second, 1e-5, 1e-7)) << sa[i].first;
 }
 
+// train.cuda_graph passes the LR as a device tensor (step_runner.h): the
+// fused kernel's tensor-LR form must take the same step as the scalar one,
+// for both parameter groups, and honour found_inf alike.
+TEST(AdamW, TensorLearningRateEqualsScalar) {
+  auto cfg = tiny_model();
+  Transformer a = build_model(cfg, 11), b = build_model(cfg, 11);
+  auto pa = named(a), pb = named(b);
+  AdamW scalar(pa, adam_config("fused")), tensor(pb, adam_config("fused"));
+  // Learning rates exact in float32, so the tensor's rounding cannot matter.
+  const double lrs[] = {0.015625, 0.0078125, 0.00390625};
+  for (int step = 0; step < 3; ++step) {
+    set_grads(pa, 200 + step);
+    set_grads(pb, 200 + step);
+    scalar.step(lrs[step]);
+    tensor.step(torch::full({}, lrs[step], torch::kFloat32));
+  }
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i].param, pb[i].param)) << pa[i].name;
+  std::vector<torch::Tensor> before;
+  for (auto& p : pb) before.push_back(p.param.detach().clone());
+  set_grads(pb, 300);
+  tensor.step(torch::full({}, 0.01, torch::kFloat32), torch::ones({}));  // skipped on the device
+  for (size_t i = 0; i < pb.size(); ++i) EXPECT_TRUE(torch::equal(pb[i].param, before[i])) << pb[i].name;
+  // The reference loop reads the tensor back and takes the same step as with the scalar.
+  Transformer c = build_model(cfg, 11), d = build_model(cfg, 11);
+  auto pc = named(c), pd = named(d);
+  AdamW ref_scalar(pc, adam_config("reference")), ref_tensor(pd, adam_config("reference"));
+  set_grads(pc, 400);
+  set_grads(pd, 400);
+  ref_scalar.step(0.015625);
+  ref_tensor.step(torch::full({}, 0.015625, torch::kFloat32));
+  for (size_t i = 0; i < pc.size(); ++i) EXPECT_TRUE(torch::equal(pc[i].param, pd[i].param)) << pc[i].name;
+}
+
 TEST(AdamW, FoundInfSkipsTheUpdateOnTheDevice) {
   auto cfg = tiny_model();
   Transformer a = build_model(cfg, 3);

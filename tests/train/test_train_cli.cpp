@@ -234,7 +234,10 @@ TEST_F(TrainCli, SigtermSavesAndExitsCleanly) {
 TEST_F(TrainCli, NonFiniteSkipAndHalt) {
   std::string out;
   setenv("KEEL_FAULT_INJECT", "nan_loss_at_step:5", 1);
-  int skip_rc = run_keel(args("nan_skip", "--set train.nonfinite=skip --set checkpoint.every=0"), &out);
+  // Steps 4-6 share one logging interval (log_every 6, monitor every 3): a
+  // bad step 5 must not also skip step 6, whose own loss is finite.
+  int skip_rc = run_keel(args("nan_skip", "--set train.nonfinite=skip --set checkpoint.every=0 --set train.log_every=6"),
+                         &out);
   std::string skip_out = out;
   int halt_rc = run_keel(args("nan_halt", "--set train.nonfinite=halt"), &out);
   unsetenv("KEEL_FAULT_INJECT");
@@ -252,6 +255,14 @@ TEST_F(TrainCli, NonFiniteSkipAndHalt) {
   // The checkpoint at step 4 exists; nothing was saved after the bad step.
   EXPECT_TRUE(keel::path_exists(run_path("nan_halt") + "/checkpoints/step_00000004/manifest.json"));
   EXPECT_FALSE(keel::path_exists(run_path("nan_halt") + "/checkpoints/step_00000005"));
+}
+
+TEST_F(TrainCli, CudaGraphOnCpuIsRefusedBeforeAnythingIsWritten) {
+  std::string out;
+  EXPECT_EQ(run_keel(args("graph_cpu", "--set train.cuda_graph=true --set train.device=cpu"), &out), 2) << out;
+  EXPECT_NE(out.find("train.cuda_graph"), std::string::npos) << out;
+  EXPECT_NE(out.find("needs a CUDA device"), std::string::npos) << out;
+  EXPECT_FALSE(keel::path_exists(run_path("graph_cpu")));
 }
 
 TEST_F(TrainCli, AccumulationGivesTheSameLosses) {
