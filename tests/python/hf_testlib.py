@@ -15,21 +15,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-REPO = Path(__file__).resolve().parents[2]
+from keel_testlib import REPO, build_dir, keel, keel_binary  # noqa: F401 (re-exported as lib.keel ...)
+
 TOLERANCE = 1e-4  # max |logit difference| in fp32 (issue 10)
 VOCAB = 512       # small tokenizer: the embedding dominates tiny models otherwise
-
-
-def build_dir() -> Path:
-    build = Path(os.environ.get("KEEL_BUILD_DIR", "build"))
-    return build if build.is_absolute() else REPO / build
-
-
-def keel_binary() -> Path:
-    path = Path(os.environ["KEEL_BINARY"]) if os.environ.get("KEEL_BINARY") else build_dir() / "keel"
-    if not path.exists():
-        pytest.fail(f"{path} not found: build keel first (or set KEEL_BINARY / KEEL_BUILD_DIR)")
-    return path
 
 
 def interop_program() -> Path:
@@ -37,14 +26,6 @@ def interop_program() -> Path:
     if not path.exists():
         pytest.fail(f"{path} not found: build the C++ tests first (or set KEEL_BUILD_DIR)")
     return path
-
-
-def keel(*args, expect_rc=0, cwd=None) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(keel_binary()), *map(str, args)], capture_output=True, text=True,
-                            timeout=600, cwd=cwd)
-    assert result.returncode == expect_rc, f"keel {' '.join(map(str, args))} -> {result.returncode}\n" \
-        f"{result.stdout}\n{result.stderr}"
-    return result
 
 
 def run_interop(test: str, work: Path, requests: list) -> None:

@@ -6,37 +6,19 @@ EventAccumulator as a scalar with the same step and value (float32), under
 the tag scheme of src/monitor/tensorboard_writer.h. After a resume that drops
 logged steps, the events must again equal metrics.jsonl, each step once.
 
-Needs the C++ build: keel is looked up in $KEEL_BUILD_DIR (default "build").
+Needs the C++ build (keel_testlib.py says where it is looked up).
 """
 import json
 import math
-import os
 import random
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def keel_binary() -> Path:
-    build = Path(os.environ.get("KEEL_BUILD_DIR", "build"))
-    if not build.is_absolute():
-        build = REPO / build
-    if not (build / "keel").exists():
-        pytest.fail(f"{build / 'keel'} not found: build keel first (or set KEEL_BUILD_DIR)")
-    return build / "keel"
-
-
-def keel(*args, check=True):
-    result = subprocess.run([str(keel_binary()), *map(str, args)], capture_output=True, text=True, timeout=300)
-    if check:
-        assert result.returncode == 0, result.stdout + result.stderr
-    return result
+from keel_testlib import keel
 
 
 def flatten(value, tag, out):

@@ -5,21 +5,13 @@ process."""
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def keel_binary() -> Path:
-    if os.environ.get("KEEL_BINARY"):
-        return Path(os.environ["KEEL_BINARY"])
-    build = Path(os.environ.get("KEEL_BUILD_DIR", "build"))
-    return (build if build.is_absolute() else REPO / build) / "keel"
+from keel_testlib import keel_binary
 
 
 def losses(run: Path) -> dict:

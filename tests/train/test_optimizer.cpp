@@ -151,8 +151,11 @@ TEST(AdamW, FoundInfSkipsTheUpdateOnTheDevice) {
   for (auto& p : pa) before.push_back(p.param.detach().clone());
   opt.step(1e-2, torch::ones({}));
   for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i].param, before[i])) << pa[i].name;
-  for (const auto& s : opt.state())
-    if (s.first.rfind("step.", 0) == 0) EXPECT_EQ(s.second.item<float>(), 0.0f);
+  for (const auto& s : opt.state()) {
+    if (s.first.rfind("step.", 0) == 0) {
+      EXPECT_EQ(s.second.item<float>(), 0.0f);
+    }
+  }
   opt.step(1e-2, torch::zeros({}));
   EXPECT_FALSE(torch::equal(pa[0].param, before[0]));
 }
