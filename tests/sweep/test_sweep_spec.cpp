@@ -171,3 +171,19 @@ TEST_F(SweepSpecTest, ManifestReusesSameSettingsAndNamesEveryChange) {
 }
 
 }  // namespace
+
+// Every shipped sweep file loads (its base config and every point validate)
+// and expands to the points its comment promises at least roughly: more than one.
+TEST(SweepSpec, EveryShippedSweepFileLoads) {
+  int files = 0;
+  const std::string dir = keel_test::source_path("configs/sweeps");
+  for (const auto& name : keel::list_directory(dir)) {
+    if (name.size() < 5 || name.compare(name.size() - 5, 5, ".yaml") != 0) continue;
+    SCOPED_TRACE(name);
+    keel::SweepSpec spec;
+    ASSERT_NO_THROW(spec = keel::load_sweep_spec(dir + "/" + name));
+    EXPECT_GT(keel::expand_grid(spec).size(), 1u);
+    ++files;
+  }
+  EXPECT_GE(files, 4);
+}
