@@ -298,7 +298,8 @@ void Trainer::train_step(int64_t step) {
   loss_sum_ += r.loss.ce;
   z_sum_ += r.loss.z;
   ++loss_count_;
-  grad_norm_ = r.clip.grad_norm.clone();  // the graph's copy is rewritten by the next replay
+  // A graph's output is rewritten by the next replay: keep a copy for the log line.
+  grad_norm_ = graphed ? r.clip.grad_norm.clone() : r.clip.grad_norm;
   auto found_inf = r.clip.found_inf;
   nonfinite_count_ += found_inf;
   auto signals = torch::stack({r.loss.ce.to(torch::kFloat32), grad_norm_.to(torch::kFloat32)});

@@ -15,23 +15,16 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from keel_testlib import REPO, build_dir, keel, keel_binary  # noqa: F401 (re-exported as lib.keel ...)
+from keel_testlib import REPO, build_dir, cpp_test_program, keel, keel_binary  # noqa: F401 (re-exported as lib.keel ...)
 
 TOLERANCE = 1e-4  # max |logit difference| in fp32 (issue 10)
 VOCAB = 512       # small tokenizer: the embedding dominates tiny models otherwise
 
 
-def interop_program() -> Path:
-    path = build_dir() / "tests" / "test_hf_interop"
-    if not path.exists():
-        pytest.fail(f"{path} not found: build the C++ tests first (or set KEEL_BUILD_DIR)")
-    return path
-
-
 def run_interop(test: str, work: Path, requests: list) -> None:
     work.mkdir(parents=True, exist_ok=True)
     (work / "requests.json").write_text(json.dumps(requests))
-    result = subprocess.run([str(interop_program()), f"--gtest_filter=Interop.{test}"],
+    result = subprocess.run([str(cpp_test_program("test_hf_interop")), f"--gtest_filter=Interop.{test}"],
                             env=dict(os.environ, KEEL_INTEROP_DIR=str(work)),
                             capture_output=True, text=True, timeout=600)
     output = result.stdout + result.stderr

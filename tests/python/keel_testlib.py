@@ -22,6 +22,15 @@ def keel_binary() -> Path:
     return path
 
 
+def cpp_test_program(name: str) -> Path:
+    """A C++ test program of the same build (build/tests/NAME), which some
+    Python tests drive as a helper through an Interop.* test."""
+    path = build_dir() / "tests" / name
+    if not path.exists():
+        pytest.fail(f"{path} not found: build the C++ tests first (or set KEEL_BUILD_DIR)")
+    return path
+
+
 def keel(*args, expect_rc=0, cwd=None, timeout=600) -> subprocess.CompletedProcess:
     """Runs keel with `args`; fails the test unless it exits with `expect_rc`."""
     result = subprocess.run([str(keel_binary()), *map(str, args)], capture_output=True, text=True,

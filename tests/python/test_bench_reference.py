@@ -19,7 +19,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-REPO = Path(__file__).resolve().parents[2]
+from keel_testlib import REPO, cpp_test_program
+
 sys.path.insert(0, str(REPO / "bench"))
 import reference_model as rm  # noqa: E402
 
@@ -35,20 +36,10 @@ CASES = {
 }
 
 
-def cpp_program() -> Path:
-    build = Path(os.environ.get("KEEL_BUILD_DIR", "build"))
-    if not build.is_absolute():
-        build = REPO / build
-    program = build / "tests" / "test_bench"
-    if not program.exists():
-        pytest.fail(f"{program} not found: build the C++ tests first (or set KEEL_BUILD_DIR)")
-    return program
-
-
 def keel_reference(tmp_path: Path, config: str, sets: list[str]) -> tuple[dict, int]:
     env = dict(os.environ, KEEL_INTEROP_DIR=str(tmp_path), KEEL_INTEROP_CONFIG=str(REPO / config),
                KEEL_INTEROP_SET=",".join(sets))
-    result = subprocess.run([str(cpp_program()), "--gtest_filter=Interop.BenchReferenceModel"],
+    result = subprocess.run([str(cpp_test_program("test_bench")), "--gtest_filter=Interop.BenchReferenceModel"],
                             env=env, capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output

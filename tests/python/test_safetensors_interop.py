@@ -16,28 +16,17 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def cpp_program() -> Path:
-    build = Path(os.environ.get("KEEL_BUILD_DIR", "build"))
-    if not build.is_absolute():
-        build = REPO / build
-    program = build / "tests" / "test_safetensors"
-    if not program.exists():
-        pytest.fail(f"{program} not found: build the C++ tests first (or set KEEL_BUILD_DIR)")
-    return program
+from keel_testlib import cpp_test_program
 
 
 def run_cpp(test_name: str, interop_dir: Path) -> None:
     env = dict(os.environ, KEEL_INTEROP_DIR=str(interop_dir))
     result = subprocess.run(
-        [str(cpp_program()), f"--gtest_filter=Interop.{test_name}"],
+        [str(cpp_test_program("test_safetensors")), f"--gtest_filter=Interop.{test_name}"],
         env=env, capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
