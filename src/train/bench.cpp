@@ -118,8 +118,6 @@ void Bench::setup() {
   check_cuda_graph_setup(cfg_, compute_, 1);
   runner_ = std::make_unique<StepRunner>(model_, *optimizer_, cfg_, compute_, micro_);
   if (loader_ && compute_.device.is_cuda()) loader_->set_pinned(true);  // as the trainer
-  if (cfg_.train.qk_clip_tau)  // as the trainer: the forwards record each head's largest logit
-    for (const auto& blk : *model_->blocks) blk->as<BlockImpl>()->attn->track_head_max = true;
   auto zeros = [&] { return torch::zeros({}, torch::TensorOptions().device(compute_.device)); };
   nonfinite_count_ = zeros();
   loss_sum_ = zeros();
@@ -129,8 +127,9 @@ Batch Bench::batch(int64_t step) {
   if (loader_) return loader_->get(step);
   // Uniform random tokens, made on the CPU like the loader's batches.
   auto tokens = torch::randint(0, cfg_.model.vocab_size, {batch_, seq_len_ + 1}, torch::kInt64);
-  if (compute_.device.is_cuda()) tokens = tokens.pin_memory();
-  return {tokens.narrow(1, 0, seq_len_).contiguous(), tokens.narrow(1, 1, seq_len_).contiguous()};
+  Batch b{tokens.narrow(1, 0, seq_len_).contiguous(), tokens.narrow(1, 1, seq_len_).contiguous()};
+  if (compute_.device.is_cuda()) b = {b.inputs.pin_memory(), b.targets.pin_memory()};  // as the loader's on CUDA
+  return b;
 }
 
 double Bench::step(int64_t step, Phases* ph) {

@@ -45,6 +45,8 @@ void check_cuda_graph_setup(const Config& cfg, const ComputeSetup& compute, int 
 StepRunner::StepRunner(Transformer model, AdamW& optimizer, const Config& cfg, const ComputeSetup& compute,
                        int64_t micro_batch)
     : model_(std::move(model)), optimizer_(optimizer), cfg_(cfg), compute_(compute), micro_batch_(micro_batch) {
+  if (cfg.train.qk_clip_tau)  // QK-clip: the training forwards record each head's largest logit
+    for (const auto& b : *model_->blocks) b->as<BlockImpl>()->attn->track_head_max = true;
   graph_mode_ = cfg.train.cuda_graph && compute.device.is_cuda();
   if (graph_mode_) {
     // Cast weights must be recomputed inside the graph, not served from

@@ -134,8 +134,6 @@ void Trainer::setup() {
     nonfinite_count_ = zeros();
     grad_norm_ = zeros();
     stability_ = std::make_unique<StabilityMonitor>(cfg_.monitor);
-    if (cfg_.train.qk_clip_tau)  // the forwards record each head's largest logit (explicit attention path)
-      for (const auto& b : *model_->blocks) b->as<BlockImpl>()->attn->track_head_max = true;
     read_fault_injection();
     if (cfg_.train.cuda_graph && (nan_at_step_ || spike_at_step_))
       run_->log->warn("KEEL_FAULT_INJECT loss faults are not planted inside a CUDA graph (train.cuda_graph)");
