@@ -36,7 +36,7 @@ config is written to `runs/<name>/config.yaml`.
 | `bench-cpu.yaml` | CPU benchmark: d_model 512, 8 layers, 8 query / 2 KV heads, T 512, SwiGLU, RMS QK-Norm per head, 4 sequences |
 
 Sweep files for `keel sweep` (a base config, a grid of values, one run per
-point; see the main README) are in `sweeps/`:
+point; see docs/sweeps.md) are in `sweeps/`:
 
 | file | what it is |
 |---|---|
