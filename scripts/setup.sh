@@ -7,7 +7,8 @@
 #
 # Environment: KEEL_BUILD_DIR (default build), KEEL_PYTHON (python3 used to
 # create .venv), CMAKE_ARGS (extra configure arguments, e.g.
-# -DCMAKE_PREFIX_PATH=/path/to/libtorch).
+# -DCMAKE_PREFIX_PATH=/path/to/libtorch), KEEL_BUILD_TARGET (default keel:
+# the binary alone; "all" also builds the test programs, as scripts/test.sh does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -56,6 +57,7 @@ if [ ! -f "$build_dir/build.ninja" ]; then
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
 fi
 jobs=${KEEL_JOBS:-$(nproc)}
-say "building ($jobs jobs)"
-cmake --build "$build_dir" -j "$jobs"
+target=${KEEL_BUILD_TARGET:-keel}
+say "building $target ($jobs jobs)"
+cmake --build "$build_dir" -j "$jobs" --target "$target"
 say "done: $root/$build_dir/keel"

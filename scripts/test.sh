@@ -3,7 +3,7 @@
 # then the Python parity tests). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+KEEL_BUILD_TARGET=all bash scripts/setup.sh
 build_dir=${KEEL_BUILD_DIR:-build}
 echo "[test] ctest"
 ctest --test-dir "$build_dir" --output-on-failure -j "${KEEL_TEST_JOBS:-2}"
