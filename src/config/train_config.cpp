@@ -49,7 +49,8 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   s.real("train.grad_clip", &t.grad_clip, "global gradient-norm clip; 0 = off").min = 0;
   s.real("train.z_loss", &t.z_loss, "coefficient of the z-loss (log Z)^2; 0 = off (PaLM: 1e-4)").min = 0;
   s.choice("train.precision", &t.precision, {"auto", "fp32", "bf16"},
-           "auto = bf16 autocast on CUDA, fp32 on CPU");
+           "auto = bf16 autocast on CUDA, fp32 on CPU; bf16 = bf16 autocast on either (fp32 weights, loss and "
+           "norms; on the CPU fast only with AVX-512 BF16 or AMX)");
   s.boolean("train.tf32", &t.tf32, "allow TF32 matmuls on CUDA");
   s.boolean("train.cuda_graph", &t.cuda_graph,
             "capture forward, backward, clip and AdamW as one CUDA graph after 3 eager steps and replay it "
@@ -137,6 +138,8 @@ void check_train(const Config& c, ConfigErrors& e) {
     if (c.monitor.layer_grad_norms) e.add("train.cuda_graph", "monitor.layer_grad_norms" + why);
     if (t.qk_clip_tau) e.add("train.cuda_graph", "train.qk_clip_tau" + why);
     if (c.model.sigma_reparam) e.add("train.cuda_graph", "model.sigma_reparam" + why);
+    if (t.optimizer_impl == "reference")  // its per-step lr.item() cannot run inside a capture
+      e.add("train.cuda_graph", "train.optimizer_impl: reference" + why + " (it reads the learning rate on the host)");
   }
   if (t.warmup_steps > t.max_steps)
     e.add("train.warmup_steps", std::to_string(t.warmup_steps) + " is longer than train.max_steps = " +

@@ -1,6 +1,7 @@
 #include "model/fused_ops.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
@@ -15,13 +16,22 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+thread_local int composite_only_depth = 0;  // CompositeOnly guards alive on this thread
+
+// KEEL_CPU_KERNELS=composite: neither the fused kernels nor oneDNN linears,
+// i.e. the ATen composites CUDA runs (CI runs the model tests so too).
+bool composite_requested() {
+  const char* env = std::getenv("KEEL_CPU_KERNELS");
+  return env && std::strcmp(env, "composite") == 0;
+}
+
 // KEEL_CPU_FUSED=0 turns the norm and RoPE kernels off (to measure what they buy).
 bool fused_kernels_enabled() {
   static const bool on = [] {
     const char* env = std::getenv("KEEL_CPU_FUSED");
-    return !(env && std::strcmp(env, "0") == 0);
+    return !(env && std::strcmp(env, "0") == 0) && !composite_requested();
   }();
-  return on;
+  return on && composite_only_depth == 0;
 }
 
 bool cpu_float_or_double(const torch::Tensor& t) {
@@ -213,7 +223,7 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
 const c10::OperatorHandle* onednn_linear_op() {
   static const c10::OperatorHandle* op = []() -> const c10::OperatorHandle* {
     const char* env = std::getenv("KEEL_CPU_LINEAR");
-    if (env && std::strcmp(env, "aten") == 0) return nullptr;
+    if ((env && std::strcmp(env, "aten") == 0) || composite_requested()) return nullptr;
     if (!at::hasMKLDNN()) return nullptr;
     auto handle = c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
     if (!handle) return nullptr;
@@ -251,12 +261,17 @@ struct OneDnnLinearFn : public torch::autograd::Function<OneDnnLinearFn> {
 
 }  // namespace
 
-bool onednn_linear_enabled() { return onednn_linear_op() != nullptr; }
+bool onednn_linear_enabled() { return onednn_linear_op() != nullptr && composite_only_depth == 0; }
+
+CompositeOnly::CompositeOnly() { ++composite_only_depth; }
+CompositeOnly::~CompositeOnly() { --composite_only_depth; }
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
   const bool onednn = x.device().is_cpu() && w.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
                       w.scalar_type() == torch::kFloat32 && x.dim() >= 2 && w.dim() == 2 && x.numel() > 0 &&
-                      x.layout() == torch::kStrided && onednn_linear_enabled();
+                      x.layout() == torch::kStrided && onednn_linear_enabled() &&
+                      // under CPU autocast at::linear is what gets cast to bf16
+                      !at::autocast::is_autocast_enabled(at::kCPU);
   if (!onednn) return torch::nn::functional::linear(x, w, b);
   auto y = OneDnnLinearFn::apply(x, w);
   return b.defined() ? y + b : y;

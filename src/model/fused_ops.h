@@ -10,7 +10,9 @@
 // composite ATen path, which is also what CUDA uses. Results equal the
 // composite path up to float rounding (RoPE: bit for bit); the backward is
 // deterministic for a given shape, whatever the thread count.
-// KEEL_CPU_FUSED=0 turns them off (to measure what they buy).
+// KEEL_CPU_FUSED=0 turns them off (to measure what they buy);
+// KEEL_CPU_KERNELS=composite turns them and the oneDNN linears off, so the CPU
+// runs the same ATen composites as CUDA (CI runs the model tests both ways).
 #pragma once
 
 #include <torch/torch.h>
@@ -33,6 +35,17 @@ torch::Tensor fused_cpu_row_norm(const torch::Tensor& x, const torch::Tensor& we
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {});
 // Whether linear() uses oneDNN for this CPU fp32 tensor (for tests and bench).
 bool onednn_linear_enabled();
+
+// While one is alive, this thread's calls take the composite ATen path that
+// CUDA runs (no fused norm or RoPE kernel, at::linear): tests compare the
+// kernels with the production composites through it.
+class CompositeOnly {
+ public:
+  CompositeOnly();
+  ~CompositeOnly();
+  CompositeOnly(const CompositeOnly&) = delete;
+  CompositeOnly& operator=(const CompositeOnly&) = delete;
+};
 
 // Rotate-half RoPE on x [B, T, heads, D] with tables cos, sin [>= T, D] (any
 // float dtype; converted to x's): x * cos + rotate_half(x) * sin.

@@ -40,7 +40,7 @@ double measure_cpu_matmul_flops() {
 }
 
 #ifdef KEEL_WITH_CUDA
-// Dense bf16 peaks from the vendors' data sheets (REFERENCE.md §7).
+// Dense bf16 peaks from the vendors' data sheets (docs/reference.md#throughput-and-mfu).
 static double cuda_peak_bf16(const std::string& name) {
   if (name.find("H100") != std::string::npos && name.find("PCIe") != std::string::npos) return 756e12;
   if (name.find("NVL") != std::string::npos && (name.find("H100") != std::string::npos ||
@@ -71,10 +71,11 @@ ComputeSetup setup_compute(const TrainConfig& t, int local_rank, int local_world
   ComputeSetup s;
   const bool have_cuda = torch::cuda::is_available();
   std::string device = t.device == "auto" ? (have_cuda ? "cuda" : "cpu") : t.device;
-  if (device == "cuda" && !have_cuda)
-    throw std::runtime_error("train.device is cuda but no CUDA device is visible (LibTorch built with CUDA: " +
-                             std::string(torch::cuda::is_available() ? "yes" : "no/unknown") +
-                             "); use --set train.device=cpu");
+  if (device == "cuda" && !have_cuda) {
+    ConfigErrors e;
+    e.add("train.device", "is cuda but no CUDA device is visible; use --set train.device=cpu");
+    throw ConfigError(e);
+  }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   s.threads = t.threads > 0 ? static_cast<int>(t.threads) : std::max(1, cores / std::max(1, local_world));
   torch::set_num_threads(s.threads);
@@ -91,11 +92,14 @@ ComputeSetup setup_compute(const TrainConfig& t, int local_rank, int local_world
     s.peak_flops = cuda_peak_bf16(s.device_name);
     s.peak_source = s.peak_flops > 0 ? s.device_name + " dense bf16 (data sheet)" : "unknown GPU (MFU not shown)";
 #else
-    throw std::runtime_error("this keel was built against a CPU-only LibTorch; rebuild with a CUDA LibTorch");
+    ConfigErrors e;
+    e.add("train.device", "is cuda, but this keel was built against a CPU-only LibTorch; rebuild with a CUDA LibTorch");
+    throw ConfigError(e);
 #endif
   } else {
-    if (t.precision == "bf16")
-      throw std::runtime_error("train.precision: bf16 autocast is only supported on CUDA; use fp32 on CPU");
+    // bf16 on the CPU only when asked for ("auto" stays fp32): CPU autocast
+    // runs matmuls in bf16 (fast with AVX-512 BF16 or AMX, emulated without).
+    s.bf16_autocast = t.precision == "bf16";
     keep_freed_memory_in_process();
     s.device_name = "cpu (" + std::to_string(s.threads) + " threads)";
     s.peak_flops = measure_cpu_matmul_flops();
@@ -104,10 +108,10 @@ ComputeSetup setup_compute(const TrainConfig& t, int local_rank, int local_world
   return s;
 }
 
-AutocastScope::AutocastScope(bool enabled) : enabled_(enabled) {
+AutocastScope::AutocastScope(bool enabled, torch::DeviceType device) : enabled_(enabled), device_(device) {
   if (!enabled_) return;
-  at::autocast::set_autocast_enabled(at::kCUDA, true);
-  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  at::autocast::set_autocast_enabled(device_, true);
+  at::autocast::set_autocast_dtype(device_, at::kBFloat16);
   at::autocast::increment_nesting();
 }
 
@@ -115,7 +119,7 @@ AutocastScope::~AutocastScope() {
   if (!enabled_) return;
   // Drop the cached bf16 weight copies: the optimizer is about to change the weights.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_autocast_enabled(at::kCUDA, false);
+  at::autocast::set_autocast_enabled(device_, false);
 }
 
 }  // namespace keel

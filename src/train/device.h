@@ -23,16 +23,18 @@ struct ComputeSetup {
 // Throws std::runtime_error when cuda is asked for and absent.
 ComputeSetup setup_compute(const TrainConfig& t, int local_rank = 0, int local_world = 1);
 
-// Turns bf16 autocast on for the current scope (CUDA only). There is no RAII
+// Turns bf16 autocast on for the current scope, on CUDA or the CPU (matmuls
+// in bf16; losses, softmax and norms in fp32; fp32 weights). There is no RAII
 // guard in LibTorch; call at::autocast::clear_cache() after each step
-// (REFERENCE.md §8) — Autocast does it in its destructor.
+// (docs/reference.md#libtorch-notes) — Autocast does it in its destructor.
 class AutocastScope {
  public:
-  explicit AutocastScope(bool enabled);
+  AutocastScope(bool enabled, torch::DeviceType device);
   ~AutocastScope();
 
  private:
   bool enabled_;
+  torch::DeviceType device_;
 };
 
 // FLOP/s of a 1024^3 fp32 matmul on this process's threads, the faster of

@@ -11,7 +11,7 @@ nlohmann::json collect_model_stats(Transformer& model, const torch::Tensor& inpu
   options.attention_stats = &layers;
   torch::Tensor logits;
   {
-    AutocastScope autocast(bf16_autocast);
+    AutocastScope autocast(bf16_autocast, inputs.device().type());
     logits = model->forward(inputs, options);
   }
   const int64_t V = model->config().vocab_size;

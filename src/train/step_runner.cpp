@@ -3,12 +3,13 @@
 #include <ATen/autocast_mode.h>
 
 #include "config/schema.h"
-#include "model/sigma_reparam.h"
 #include "util/log.h"
 
 #ifdef KEEL_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -17,7 +18,11 @@ namespace keel {
 
 #ifdef KEEL_WITH_CUDA
 struct StepRunner::Graph {
-  at::cuda::CUDAGraph graph;
+  // One side stream for every warm-up step and the capture: a fresh pool
+  // stream per step would leave the caching allocator holding each step's
+  // peak in blocks tied to its own stream (about 3x the step before capture).
+  c10::cuda::CUDAStream side;
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
 };
 namespace {
 // `later` waits (on the device) for everything queued so far on `earlier`.
@@ -60,13 +65,23 @@ StepRunner::~StepRunner() {
   if (graph_mode_) at::autocast::set_autocast_cache_enabled(true);
 }
 
-bool StepRunner::captured() const { return graph_ != nullptr; }
-
-void StepRunner::begin_step() {
-  if (cfg_.model.sigma_reparam) sigma_reparam_power_step(*model_);  // one power-iteration step per step
-  if (cfg_.train.qk_clip_tau)  // the forwards record each head's largest logit afresh
-    for (const auto& b : *model_->blocks) b->as<BlockImpl>()->attn->head_max = torch::Tensor();
+bool StepRunner::captured() const {
+#ifdef KEEL_WITH_CUDA
+  return graph_ && graph_->graph;
+#else
+  return false;
+#endif
 }
+
+int64_t StepRunner::graph_stream_id() const {
+#ifdef KEEL_WITH_CUDA
+  return graph_ ? static_cast<int64_t>(graph_->side.id()) : -1;
+#else
+  return -1;
+#endif
+}
+
+void StepRunner::begin_step() { model_->begin_step(); }
 
 DeviceBatch StepRunner::to_device(const Batch& batch) {
   const auto& dev = compute_.device;
@@ -89,7 +104,7 @@ StepLosses StepRunner::forward_backward(const DeviceBatch& batch, const MicroHoo
     auto y = batch.targets.narrow(0, i * micro_batch_, micro_batch_);
     LossParts loss;
     {
-      AutocastScope autocast(compute_.bf16_autocast);
+      AutocastScope autocast(compute_.bf16_autocast, compute_.device.type());
       loss = language_model_loss(model_->forward(x), y, cfg_.train.z_loss);
     }
     if (hooks.before_backward) hooks.before_backward(i, loss);
@@ -116,12 +131,15 @@ StepResult StepRunner::graphed_step(const DeviceBatch& batch, double lr) {
 #ifdef KEEL_WITH_CUDA
   if (!graph_mode_) throw std::logic_error("graphed_step without train.cuda_graph on CUDA");
   lr_device_.fill_(lr);  // a kernel on the current stream: no sync
-  if (graph_) {
-    graph_->graph.replay();
+  if (captured()) {
+    graph_->graph->replay();
     return captured_result_;
   }
   const auto current = c10::cuda::getCurrentCUDAStream(compute_.device.index());
-  const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, compute_.device.index());
+  if (!graph_)
+    graph_ = std::unique_ptr<Graph>(
+        new Graph{c10::cuda::getStreamFromPool(/*isHighPriority=*/false, compute_.device.index()), nullptr});
+  const auto side = graph_->side;
   stream_wait(side, current);  // the batch copy and the LR are queued on `current`
   StepResult result;
   {
@@ -137,15 +155,19 @@ StepResult StepRunner::graphed_step(const DeviceBatch& batch, double lr) {
       optimizer_.step(lr_device_, result.clip.found_inf);
       ++eager_steps_;
     } else {
-      graph_ = std::make_unique<Graph>();
+      // The warm-up's cached blocks go back to the device before the graph
+      // takes its private pool (a sync, once).
+      c10::cuda::device_synchronize();
+      c10::cuda::CUDACachingAllocator::emptyCache();
+      graph_->graph = std::make_unique<at::cuda::CUDAGraph>();
       // Thread-local capture: the loader's prefetch thread may allocate
       // pinned host memory meanwhile, which global mode forbids.
-      graph_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+      graph_->graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
       captured_result_.loss = forward_backward(batch);
       captured_result_.clip = clip(captured_result_.loss.ce);
       optimizer_.step(lr_device_, captured_result_.clip.found_inf);
-      graph_->graph.capture_end();
-      graph_->graph.replay();  // capture records without running: this is the step
+      graph_->graph->capture_end();
+      graph_->graph->replay();  // capture records without running: this is the step
       result = captured_result_;
     }
   }

@@ -76,6 +76,8 @@ class StepRunner {
   StepResult graphed_step(const DeviceBatch& batch, double lr);
   bool graph_mode() const { return graph_mode_; }
   bool captured() const;
+  // The side stream warm-up and capture run on (-1 before the first graphed step).
+  int64_t graph_stream_id() const;
 
  private:
   Transformer model_;

@@ -4,9 +4,9 @@
 
 #include <fstream>
 
-#include "checkpoint/posix_io.h"
 #include "config/config.h"
 #include "test_util.h"
+#include "util/fs.h"
 
 using namespace keel;
 
@@ -60,6 +60,7 @@ const BrokenCase kBroken[] = {
      "monitor.layer_grad_norms"},
     {"train:\n  cuda_graph: true\n  qk_clip_tau: 100\n", "train.cuda_graph", "train.qk_clip_tau"},
     {"train:\n  cuda_graph: true\nmodel:\n  sigma_reparam: true\n", "train.cuda_graph", "model.sigma_reparam"},
+    {"train:\n  cuda_graph: true\n  optimizer_impl: reference\n", "train.cuda_graph", "optimizer_impl: reference"},
 };
 
 }  // namespace

@@ -6,7 +6,6 @@
 
 #include <fstream>
 
-#include "checkpoint/posix_io.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "model/init.h"
@@ -15,6 +14,7 @@
 #include "train/optimizer.h"
 #include "train/step_runner.h"
 #include "train/train_state.h"
+#include "util/fs.h"
 
 using namespace keel;
 
@@ -78,6 +78,7 @@ TEST(Cuda, CudaGraphStepsEqualEagerSteps) {
   AdamW opt_a(named(a), eager_cfg.train), opt_b(named(b), graph_cfg.train);
   StepRunner eager(a, opt_a, eager_cfg, compute, 4), graphed(b, opt_b, graph_cfg, compute, 4);
   ASSERT_TRUE(graphed.graph_mode());
+  int64_t first_stream = -1;
   for (int64_t step = 0; step < 8; ++step) {
     const double lr = 3e-3 * (step + 1) / 8.0;  // a changing LR: the graph reads it from the device
     Batch batch = pinned_batch(step);
@@ -89,6 +90,10 @@ TEST(Cuda, CudaGraphStepsEqualEagerSteps) {
     eager.update(lr, ra.clip.found_inf);
     StepResult rb = graphed.graphed_step(graphed.to_device(batch), lr);
     EXPECT_EQ(graphed.captured(), step >= kGraphWarmupSteps) << "step " << step;
+    // Warm-up and capture share one side stream (a fresh stream per warm-up
+    // step left the allocator holding each step's peak separately).
+    if (step == 0) first_stream = graphed.graph_stream_id();
+    EXPECT_EQ(graphed.graph_stream_id(), first_stream) << "step " << step;
     const double la = ra.loss.ce.item<double>(), lb = rb.loss.ce.item<double>();
     EXPECT_NEAR(la, lb, 1e-4 * std::abs(la)) << "loss at step " << step;
     EXPECT_NEAR(ra.clip.grad_norm.item<double>(), rb.clip.grad_norm.item<double>(),
@@ -159,7 +164,7 @@ TEST(Cuda, FlashSdpaWithNativeGqaMatchesExplicitPath) {
   auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
   auto q = torch::randn({2, 8, 128, 64}, opts), k = torch::randn({2, 2, 128, 64}, opts),
        v = torch::randn({2, 2, 128, 64}, opts);
-  // With the math backend disabled an ineligible call throws (REFERENCE.md §8):
+  // With the math backend disabled an ineligible call throws (docs/reference.md#libtorch-notes):
   // success proves a fused kernel ran.
   at::globalContext().setSDPUseMath(false);
   torch::Tensor fused;
@@ -215,7 +220,7 @@ TEST(Cuda, LossFallsUnderBf16Autocast) {
     opt.zero_grad();
     LossParts loss;
     {
-      AutocastScope autocast(true);  // the trainer's scope: clears the weight cache on exit
+      AutocastScope autocast(true, torch::kCUDA);  // the trainer's scope: clears the weight cache on exit
       auto logits = model->forward(x);
       EXPECT_EQ(logits.scalar_type(), torch::kBFloat16);
       loss = language_model_loss(logits, y, 1e-4);

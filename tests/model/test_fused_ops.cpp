@@ -16,9 +16,14 @@ namespace {
 using keel::fused_cpu_rope;
 using keel::fused_cpu_row_norm;
 
+// The production composite, the path CUDA runs: keel's Norm module with the
+// kernels off (a copy of the expression here would not catch a broken one).
 torch::Tensor composite_norm(const torch::Tensor& x, const torch::Tensor& w, int64_t dim, double eps, bool l2) {
-  torch::Tensor y = l2 ? x / x.norm(2, -1, true).clamp_min(eps) : at::rms_norm(x, {dim}, c10::nullopt, eps);
-  return w.defined() ? y * w : y;
+  keel::CompositeOnly composite;
+  keel::Norm norm(l2 ? keel::NormKind::l2 : keel::NormKind::rms, dim, w.defined(), false, eps,
+                  w.defined() ? w.sizes().vec() : std::vector<int64_t>{});
+  if (w.defined()) norm->weight = w;  // the caller's tensor, so its gradient lands there
+  return norm->forward(x);
 }
 
 struct Grads {
@@ -104,12 +109,9 @@ TEST(FusedOps, RopeEqualsCompositeBitForBitAndItsGradient) {
   torch::manual_seed(4);
   const int64_t T = 9, D = 16;
   auto tables = keel::make_rope_tables(12, D, 10000.0, torch::kCPU);
-  auto composite = [&](const torch::Tensor& x) {
-    const int64_t half = D / 2;
-    auto cos = tables.cos.narrow(0, 0, T).view({1, T, 1, -1}).to(x.scalar_type());
-    auto sin = tables.sin.narrow(0, 0, T).view({1, T, 1, -1}).to(x.scalar_type());
-    auto rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-    return x * cos + rotated * sin;
+  auto composite = [&](const torch::Tensor& x) {  // apply_rope's own composite, as CUDA runs it
+    keel::CompositeOnly off;
+    return keel::apply_rope(x, tables);
   };
   for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
     auto x = torch::randn({2, T, 3, D}, dtype);
@@ -170,6 +172,11 @@ TEST(FusedOps, DeclineWhatTheyDoNotHandle) {
   auto tables = keel::make_rope_tables(4, 8, 10000.0, torch::kCPU);
   EXPECT_FALSE(fused_cpu_rope(x, tables.cos, tables.sin).defined());                     // not 4-d
   EXPECT_FALSE(fused_cpu_rope(torch::randn({1, 5, 2, 8}), tables.cos, tables.sin).defined());  // T > table
+  // Under CompositeOnly nothing takes a kernel.
+  keel::CompositeOnly off;
+  EXPECT_FALSE(fused_cpu_rope(torch::randn({1, 3, 2, 8}), tables.cos, tables.sin).defined());
+  EXPECT_FALSE(fused_cpu_row_norm(x, {}, 8, 1e-6, false).defined());
+  EXPECT_FALSE(keel::onednn_linear_enabled());
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "dist/launcher.h"
+#include "distributed/launcher.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "dist/dist_env.h"
+#include "distributed/dist_env.h"
 
 namespace keel {
 

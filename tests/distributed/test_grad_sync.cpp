@@ -7,9 +7,9 @@
 
 #include <thread>
 
-#include "dist/grad_sync.h"
-#include "dist/launcher.h"
-#include "dist/process_group.h"
+#include "distributed/grad_sync.h"
+#include "distributed/launcher.h"
+#include "distributed/process_group.h"
 
 using keel::Dist;
 using keel::DistEnv;
@@ -115,3 +115,83 @@ TEST(GradSync, TinyBucketsLaunchFromHooks) {
 TEST(GradSync, AccumulationSyncsOnlyTheFinalGradient) { check(1e-7, true, 3, 4); }
 
 TEST(GradSync, WithoutOverlapAllReducesAfterBackward) { check(1e-7, false, 2, 4); }
+
+namespace {
+
+// Two steps with the output layer registered first, as keel's untied
+// lm_head is (after wte): reverse registration order would put it in the
+// last bucket although backward finishes it first.
+struct OrderResult {
+  std::vector<std::vector<size_t>> first_step, second_step;
+  std::vector<torch::Tensor> grads;
+};
+
+OrderResult run_head_first(int rank, int port) {
+  DistEnv env;
+  env.rank = rank;
+  env.world_size = 2;
+  env.local_rank = rank;
+  env.local_world_size = 2;
+  env.master_port = port;
+  env.source = "test";
+  Dist dist(env, "gloo", 30);
+  auto l1 = torch::nn::Linear(8, 16), l2 = torch::nn::Linear(16, 4);
+  set_weights(l1, l2);
+  std::vector<torch::Tensor> params;
+  for (auto& p : l2->parameters()) params.push_back(p);  // the "head": indices 0, 1
+  for (auto& p : l1->parameters()) params.push_back(p);
+  GradSync sync(params, dist, 1e-7, /*overlap=*/true);
+  OrderResult r;
+  for (int step = 0; step < 2; ++step) {
+    sync.zero_grad();
+    sync.arm();
+    auto x = torch::full({3, 8}, 0.1 * (rank + 1));
+    l2->forward(torch::tanh(l1->forward(x))).pow(2).sum().backward();
+    sync.finish();
+    (step == 0 ? r.first_step : r.second_step) = sync.launch_log();
+  }
+  for (auto& p : params) r.grads.push_back(p.grad().clone());
+  return r;
+}
+
+}  // namespace
+
+TEST(GradSync, BucketsFollowTheOrderGradientsBecomeReady) {
+  const int port = keel::find_free_port();
+  OrderResult r0, r1;
+  std::thread t1([&] { r1 = run_head_first(1, port); });
+  r0 = run_head_first(0, port);
+  t1.join();
+  ASSERT_EQ(r0.first_step.size(), 4u);
+  ASSERT_EQ(r0.second_step.size(), 4u);
+  // First step: the guess (reverse registration) launches l1's bias first
+  // and the head's parameters last.
+  EXPECT_EQ(r0.first_step.front(), std::vector<size_t>{3});
+  EXPECT_GE(r0.first_step.back().front(), 0u);
+  EXPECT_LE(r0.first_step.back().front(), 1u);
+  // Second step: the head's gradients are ready first and launch first.
+  ASSERT_FALSE(r0.second_step.front().empty());
+  EXPECT_LE(r0.second_step.front().front(), 1u) << "the head's bucket should launch first";
+  EXPECT_EQ(r0.second_step, r1.second_step) << "ranks must launch in the same order";
+  // Gradients are still the mean over ranks after the rebuild.
+  auto ref_l1 = torch::nn::Linear(8, 16), ref_l2 = torch::nn::Linear(16, 4);
+  set_weights(ref_l1, ref_l2);
+  for (int rank = 0; rank < 2; ++rank) {
+    auto x = torch::full({3, 8}, 0.1 * (rank + 1));
+    ref_l2->forward(torch::tanh(ref_l1->forward(x))).pow(2).sum().backward();
+  }
+  std::vector<torch::Tensor> ref;
+  for (auto& p : ref_l2->parameters()) ref.push_back(p.grad() / 2.0);
+  for (auto& p : ref_l1->parameters()) ref.push_back(p.grad() / 2.0);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(r0.grads[i], ref[i], 1e-5, 1e-6)) << "param " << i;
+    EXPECT_TRUE(torch::equal(r0.grads[i], r1.grads[i])) << "param " << i;
+  }
+}
+
+// NCCL waits order the stream and let the host run ahead (the process
+// group's watchdog enforces the timeout); Gloo waits block with a timeout.
+TEST(Dist, OnlyGlooBlocksTheHostOnWait) {
+  EXPECT_TRUE(keel::host_waits_for_collectives("gloo"));
+  EXPECT_FALSE(keel::host_waits_for_collectives("nccl"));
+}

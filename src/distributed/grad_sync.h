@@ -1,6 +1,10 @@
 // Gradient averaging for data parallelism, as PyTorch's DDP Reducer does it:
-// parameters are grouped into buckets of about dist.bucket_mb in reverse
-// registration order (the order backward produces their gradients); each
+// parameters are grouped into buckets of about dist.bucket_mb in the order
+// backward produces their gradients (reverse registration order until the
+// first step has shown the real order, then rank 0's observed order, as
+// DDP's bucket rebuild: an untied output head, registered early but ready
+// first, then goes in the first bucket and its all-reduce overlaps the rest
+// of backward); each
 // parameter's .grad is a view into its bucket's flat buffer, so autograd
 // accumulates straight into it; a post-hook on each parameter's gradient
 // accumulator counts the gradients that are final, and a full bucket is
@@ -15,7 +19,7 @@
 #include <mutex>
 #include <vector>
 
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
 namespace torch::autograd {
 struct Node;
@@ -42,6 +46,8 @@ class GradSync {
 
   size_t bucket_count() const { return buckets_.size(); }
   int64_t launched_from_hooks() const { return launched_from_hooks_; }  // in the last step
+  // The parameter indices of each bucket, in the order the last step launched them.
+  const std::vector<std::vector<size_t>>& launch_log() const { return launch_log_; }
 
  private:
   struct Bucket {
@@ -55,12 +61,18 @@ class GradSync {
   void on_grad_ready(size_t param_index);
   void launch_ready_buckets(bool from_hook);
   void launch(Bucket& b);
+  void build_buckets(const std::vector<size_t>& order);
+  void adopt_ready_order();
 
   std::vector<torch::Tensor> params_;
   Dist& dist_;
   bool overlap_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // param index -> bucket index
+  int64_t cap_bytes_;
+  bool order_learned_ = false;
+  std::vector<size_t> ready_order_;  // param indices as the first step's backward finished them
+  std::vector<std::vector<size_t>> launch_log_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: hooks live on them
   std::mutex mu_;
   bool armed_ = false;

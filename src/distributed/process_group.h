@@ -16,22 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/dist_env.h"
+#include "distributed/dist_env.h"
 
 namespace keel {
-
-// A collective with the other ranks failed (a peer died, hung, or left).
-class PeerFailure : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// Another rank failed while setting up; this rank exits with the same code.
-class RemoteRankError : public std::runtime_error {
- public:
-  RemoteRankError(const std::string& what, int exit_code) : std::runtime_error(what), exit_code(exit_code) {}
-  int exit_code;
-};
 
 class Dist {
  public:
@@ -60,7 +47,8 @@ class Dist {
   // Starts a sum all-reduce and returns at once; wait() it later.
   using Work = c10::intrusive_ptr<c10d::Work>;
   Work all_reduce_sum_async(torch::Tensor& t);
-  // Waits for `work`; throws PeerFailure naming `what` when it failed.
+  // Waits for `work` (see host_waits_for_collectives); throws PeerFailure
+  // naming `what` when it failed.
   void wait(const Work& work, const char* what);
   void broadcast(std::vector<torch::Tensor>& tensors, int root, const char* what);
   void barrier(const char* what);
@@ -87,5 +75,10 @@ class Dist {
 // "nccl" or "gloo" for dist.backend ("auto" picks by device); throws
 // DistError when the build lacks it or it does not fit the device.
 std::string resolve_backend(const std::string& requested, bool cuda_device);
+
+// Whether Dist::wait blocks the host until a collective is done (Gloo), or
+// only orders the CUDA stream after it (NCCL: the host runs ahead, and the
+// process group's watchdog enforces dist.timeout_s).
+bool host_waits_for_collectives(const std::string& backend);
 
 }  // namespace keel

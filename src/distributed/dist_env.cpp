@@ -1,4 +1,4 @@
-#include "dist/dist_env.h"
+#include "distributed/dist_env.h"
 
 #include <cstdlib>
 #include <vector>

@@ -21,10 +21,10 @@
 #include <set>
 #include <thread>
 
-#include "checkpoint/posix_io.h"
 #include "checkpoint/safetensors.h"
-#include "dist/launcher.h"
+#include "distributed/launcher.h"
 #include "test_util.h"
+#include "util/fs.h"
 
 using keel_test::run_keel;
 

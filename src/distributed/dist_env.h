@@ -9,14 +9,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace keel {
+#include "util/error.h"
 
-// A distributed setup that cannot work (bad environment, port in use,
-// unreachable master, ranks that disagree). The CLI exits with 2.
-class DistError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace keel {
 
 struct DistEnv {
   int rank = 0;

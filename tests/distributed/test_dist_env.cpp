@@ -2,7 +2,7 @@
 // and the errors for inconsistent variables.
 #include <gtest/gtest.h>
 
-#include "dist/dist_env.h"
+#include "distributed/dist_env.h"
 
 using keel::DistEnv;
 using keel::DistError;

@@ -1,4 +1,4 @@
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -164,10 +164,19 @@ Dist::Dist(const DistEnv& env, const std::string& backend, double timeout_s)
   if (!h_->backend) throw DistError("dist backend '" + backend + "' is not available in this build");
 }
 
+bool host_waits_for_collectives(const std::string& backend) { return backend != "nccl"; }
+
 void Dist::wait(const Work& work, const char* what) {
   if (!work) return;
   try {
-    work->wait(to_ms(timeout_s_));
+    // NCCL: wait() without a timeout only makes the current CUDA stream wait
+    // for the collective, so the host runs ahead; a timeout would make it
+    // busy-wait for completion (on every bucket). A hung peer is still caught
+    // by the process group's own timeout (Options::timeout = dist.timeout_s,
+    // enforced by its watchdog). Gloo's wait blocks the host either way and
+    // has no watchdog, so it keeps the explicit timeout.
+    if (host_waits_for_collectives(backend_)) work->wait(to_ms(timeout_s_));
+    else work->wait();
   } catch (const std::exception& e) {
     throw PeerFailure("rank " + std::to_string(rank()) + ": " + what + " with the other ranks failed: " +
                       std::string(e.what()).substr(0, 400) +

@@ -1,0 +1,147 @@
+// bf16 autocast on the CPU (train.precision: bf16), the mixed-precision path
+// CUDA runs, testable without a GPU: matmuls in bf16; the loss, its softmax,
+// the norms, clipping and AdamW on fp32 master weights in fp32. One step
+// matches the fp32 step within bf16 tolerance, and training still learns.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <ATen/autocast_mode.h>
+
+#include "model/init.h"
+#include "train/device.h"
+#include "train/optimizer.h"
+#include "train/step_runner.h"
+
+using namespace keel;
+
+namespace {
+
+Config small_config() {
+  Config c;
+  c.model.vocab_size = 300;
+  c.model.max_seq_len = 32;
+  c.model.d_model = 64;
+  c.model.n_layers = 2;
+  c.model.n_heads = 4;
+  c.model.n_kv_heads = 2;
+  c.model.qk_norm.type = "rms";
+  c.train.device = "cpu";
+  c.train.lr = 1e-3;
+  c.train.grad_clip = 1.0;
+  c.train.z_loss = 1e-4;
+  return c;
+}
+
+ComputeSetup cpu(bool bf16) {
+  ComputeSetup s;
+  s.device = torch::kCPU;
+  s.bf16_autocast = bf16;
+  return s;
+}
+
+Batch batch(int64_t seed, int64_t rows = 4, int64_t T = 32) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
+  auto tokens = at::randint(0, 300, {rows, T + 1}, gen, torch::TensorOptions().dtype(torch::kLong));
+  return {tokens.narrow(1, 0, T).contiguous(), tokens.narrow(1, 1, T).contiguous()};
+}
+
+std::vector<NamedParam> named(Transformer& m) {
+  std::vector<NamedParam> ps;
+  for (auto& p : m->named_parameters()) ps.push_back({p.key(), p.value()});
+  return ps;
+}
+
+}  // namespace
+
+TEST(CpuBf16, PrecisionKeyTurnsCpuAutocastOnOnlyWhenAsked) {
+  TrainConfig t;
+  t.device = "cpu";
+  t.threads = 1;
+  t.precision = "bf16";
+  EXPECT_TRUE(setup_compute(t).bf16_autocast);
+  t.precision = "auto";  // auto stays fp32 on the CPU
+  EXPECT_FALSE(setup_compute(t).bf16_autocast);
+  t.precision = "fp32";
+  EXPECT_FALSE(setup_compute(t).bf16_autocast);
+}
+
+TEST(CpuBf16, MatmulsRunInBf16AndTheLossInFp32) {
+  Config c = small_config();
+  Transformer model = build_model(c.model, 3);
+  Batch b = batch(1);
+  LossParts loss;
+  {
+    AutocastScope autocast(true, torch::kCPU);
+    EXPECT_TRUE(at::autocast::is_autocast_enabled(at::kCPU));
+    auto logits = model->forward(b.inputs);
+    EXPECT_EQ(logits.scalar_type(), torch::kBFloat16) << "the output head should run in bf16";
+    loss = language_model_loss(logits, b.targets, 1e-4);
+  }
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU)) << "the scope must turn autocast off again";
+  EXPECT_EQ(loss.ce.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(loss.z.scalar_type(), torch::kFloat32);
+  loss.total.backward();
+  for (auto& p : model->named_parameters()) {
+    EXPECT_EQ(p.value().scalar_type(), torch::kFloat32) << p.key() << ": master weights stay fp32";
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_EQ(p.value().grad().scalar_type(), torch::kFloat32) << p.key();
+  }
+}
+
+// The StepRunner step (forward, fp32 loss, backward, clipping, AdamW) in bf16
+// against the same step in fp32 on the same weights and batch.
+TEST(CpuBf16, OneStepMatchesFp32WithinBf16Tolerance) {
+  Config c = small_config();
+  Transformer a = build_model(c.model, 11), b = build_model(c.model, 11);
+  AdamW opt_a(named(a), c.train), opt_b(named(b), c.train);
+  StepRunner fp32(a, opt_a, c, cpu(false), 2), bf16(b, opt_b, c, cpu(true), 2);
+  std::vector<torch::Tensor> before;
+  for (auto& p : named(a)) before.push_back(p.param.detach().clone());
+  Batch data = batch(5);
+  StepResult ra, rb;
+  for (auto* run : {&fp32, &bf16}) {
+    StepResult& r = run == &fp32 ? ra : rb;
+    (run == &fp32 ? opt_a : opt_b).zero_grad();
+    run->begin_step();
+    r.loss = run->forward_backward(run->to_device(data));
+    r.clip = run->clip(r.loss.ce);
+    run->update(c.train.lr, r.clip.found_inf);
+  }
+  const double la = ra.loss.ce.item<double>(), lb = rb.loss.ce.item<double>();
+  EXPECT_NE(la, lb) << "bf16 autocast changed nothing: the matmuls did not run in bf16";
+  EXPECT_NEAR(la, lb, 1e-2 * la);
+  const double ga = ra.clip.grad_norm.item<double>(), gb = rb.clip.grad_norm.item<double>();
+  EXPECT_EQ(rb.clip.grad_norm.scalar_type(), torch::kFloat32);
+  EXPECT_NEAR(ga, gb, 5e-2 * ga);
+  EXPECT_EQ(rb.clip.found_inf.item<double>(), 0.0);
+  // AdamW's first update is about lr * sign(g): compare the updates, which
+  // may differ only where a gradient is near zero.
+  auto pa = named(a), pb = named(b);
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pb[i].param.scalar_type(), torch::kFloat32) << pa[i].name;
+    auto da = pa[i].param.detach() - before[i], db = pb[i].param.detach() - before[i];
+    const double scale = da.abs().mean().item<double>();
+    ASSERT_GT(scale, 0) << pa[i].name << " was not updated";
+    EXPECT_LT((da - db).abs().mean().item<double>(), 0.15 * scale) << pa[i].name;
+  }
+}
+
+TEST(CpuBf16, TrainingLearnsUnderAutocast) {
+  Config c = small_config();
+  c.train.lr = 3e-3;
+  Transformer m = build_model(c.model, 2);
+  AdamW opt(named(m), c.train);
+  StepRunner runner(m, opt, c, cpu(true), 4);
+  Batch data = batch(9, 8, 32);  // one batch, learned by heart
+  double first = 0, last = 0;
+  for (int s = 0; s < 40; ++s) {
+    opt.zero_grad();
+    runner.begin_step();
+    auto loss = runner.forward_backward(runner.to_device(data));
+    auto clip = runner.clip(loss.ce);
+    runner.update(c.train.lr, clip.found_inf);
+    if (s == 0) first = loss.ce.item<double>();
+    last = loss.ce.item<double>();
+  }
+  EXPECT_LT(last, first - 1.0) << first << " -> " << last;
+}
