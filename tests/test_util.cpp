@@ -47,7 +47,7 @@ int run_keel(const std::string& args, std::string* output) {
 
 std::string make_temp_dir(const std::string& tag) {
   // Not std::filesystem::temp_directory_path: libtorch.so exports its own
-  // std::filesystem symbols (see src/checkpoint/posix_io.h).
+  // std::filesystem symbols (see src/util/fs.h).
   const char* tmp = std::getenv("TMPDIR");
   std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/keel_" + tag + "_XXXXXX";
   if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);

@@ -10,7 +10,7 @@ int run_keel(const std::string& args, std::string* output);
 // A fresh empty directory under the system temp dir.
 std::string make_temp_dir(const std::string& tag);
 std::string source_path(const std::string& relative);
-// Whole-file binary read and write (no std::filesystem: see src/checkpoint/posix_io.h).
+// Whole-file binary read and write (no std::filesystem: see src/util/fs.h).
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& bytes);
 // English-like text from a small grammar: `docs` documents of 8 sentences,

@@ -5,8 +5,8 @@
 #include <cerrno>
 
 #include "checkpoint/checkpoint_store.h"
-#include "checkpoint/fault_inject.h"
-#include "checkpoint/posix_io.h"
+#include "util/fault_inject.h"
+#include "util/fs.h"
 
 namespace keel {
 
@@ -33,7 +33,7 @@ bool writer_is_gone(long pid) {
   return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
 }
 
-// Un-marks first (REFERENCE.md §9): once the manifest is gone and that is
+// Un-marks first (docs/reference.md#checkpoint-and-resume): once the manifest is gone and that is
 // durable, a kill anywhere in the rest leaves a directory no reader trusts.
 void delete_checkpoint(const std::string& dir) {
   remove_file(dir + "/" + kManifestName);
@@ -69,7 +69,7 @@ std::vector<std::string> CheckpointStore::prune(int64_t keep_last, int64_t keep_
     }
     try {
       verify(dir, VerifyLevel::sizes);  // cheap: complete enough to count as one of the newest
-    } catch (const CheckpointError&) {
+    } catch (const Error&) {  // CheckpointError or FileError
       continue;  // corrupt: never counted, never deleted here; left for inspection
     }
     const bool recent = recent_kept < keep_last;

@@ -1,8 +1,8 @@
 #include "checkpoint/checkpoint_resolve.h"
 
-#include "checkpoint/checkpoint_error.h"
+#include "util/error.h"
 #include "checkpoint/checkpoint_store.h"
-#include "checkpoint/posix_io.h"
+#include "util/fs.h"
 
 namespace keel {
 

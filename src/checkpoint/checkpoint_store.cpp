@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <set>
 
-#include "checkpoint/fault_inject.h"
 #include "checkpoint/install_dir.h"
-#include "checkpoint/posix_io.h"
+#include "util/fault_inject.h"
+#include "util/fs.h"
 
 namespace keel {
 
@@ -90,7 +90,7 @@ std::string CheckpointStore::save(int64_t step, const std::vector<CheckpointFile
       fault_point("save_crash_after", f.name);
     }
     // The manifest goes last: a directory that holds it holds every file it
-    // lists (REFERENCE.md §9, like llm.c's DONE file or DCP's .metadata).
+    // lists (docs/reference.md#checkpoint-and-resume, like llm.c's DONE file or DCP's .metadata).
     write_file_durably(tmp + "/" + kManifestName, manifest_to_json(manifest));
     fault_point("save_crash_after", kManifestName);
     fsync_dir(tmp);  // the names inside must be durable before the directory becomes visible

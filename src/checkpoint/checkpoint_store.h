@@ -1,4 +1,4 @@
-// Crash-safe checkpoint directories (REFERENCE.md §9).
+// Crash-safe checkpoint directories (docs/reference.md#checkpoint-and-resume).
 //
 //   <run_dir>/checkpoints/step_00001200/      one checkpoint
 //       model.safetensors, optimizer.safetensors, state.json, ...  (the caller's files)
@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/checkpoint_error.h"
 #include "checkpoint/manifest.h"
+#include "util/error.h"
 
 namespace keel {
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "checkpoint/checkpoint_store.h"
-#include "checkpoint/posix_io.h"
+#include "util/fs.h"
 
 namespace keel {
 
@@ -51,7 +51,7 @@ std::vector<std::pair<int64_t, std::string>> CheckpointStore::list_valid(VerifyL
     try {
       verify(dir, level);
       out.emplace_back(step, dir);
-    } catch (const CheckpointError& e) {
+    } catch (const Error& e) {  // CheckpointError, or FileError reading it: not usable
       if (rejected) rejected->push_back(e.what());
     }
   }
@@ -65,7 +65,7 @@ std::optional<std::string> CheckpointStore::latest_valid(std::vector<std::string
     try {
       verify(dir, VerifyLevel::checksums);
       return dir;
-    } catch (const CheckpointError& e) {
+    } catch (const Error& e) {  // CheckpointError, or FileError reading it: not usable
       if (rejected) rejected->push_back(e.what());
     }
   }

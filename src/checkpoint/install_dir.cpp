@@ -5,8 +5,8 @@
 
 #include <cerrno>
 
-#include "checkpoint/checkpoint_error.h"
-#include "checkpoint/posix_io.h"
+#include "util/error.h"
+#include "util/fs.h"
 
 namespace keel {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <set>
 
-#include "checkpoint/checkpoint_error.h"
+#include "util/error.h"
 
 namespace keel {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <set>
 
-#include "checkpoint/posix_io.h"
+#include "util/fs.h"
 
 // The format stores little-endian bytes and we copy memory as is.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");

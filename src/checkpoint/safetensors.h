@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/checkpoint_error.h"
+#include "util/error.h"
 
 namespace keel {
 

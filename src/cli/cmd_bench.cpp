@@ -5,12 +5,12 @@
 
 #include "cli/commands.h"
 #include "config/config.h"
-#include "data/fs_util.h"
 #include "train/bench.h"
+#include "util/fs.h"
 
 namespace keel {
 
-std::function<int()> add_bench_command(CLI::App& app) {
+Command add_bench_command(CLI::App& app) {
   struct State {
     std::string config_path;
     std::vector<std::string> overrides;
@@ -39,7 +39,7 @@ std::function<int()> add_bench_command(CLI::App& app) {
   return [cmd, state]() -> int {
     if (!*cmd) return -1;
     Config config = load_config(state->config_path, state->overrides);
-    std::string name = data_fs::base_of(state->config_path);
+    std::string name = base_name(state->config_path);
     if (auto dot = name.rfind('.'); dot != std::string::npos && dot > 0) name = name.substr(0, dot);
     state->options.config_name = name;
     run_bench(config, state->options);

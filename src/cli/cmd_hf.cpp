@@ -6,11 +6,11 @@
 #include <iostream>
 #include <memory>
 
-#include "checkpoint/posix_io.h"
 #include "cli/commands.h"
 #include "config/config.h"
 #include "interop/hf_export.h"
-#include "interop/interop_error.h"
+#include "util/error.h"
+#include "util/fs.h"
 
 namespace keel {
 
@@ -30,10 +30,8 @@ int run_export(const HfCliArgs& a) {
   try {
     r = export_hf(a.checkpoint, a.out_dir, o);
   } catch (const ConfigError& e) {
-    std::cerr << "keel: export-hf: " << a.checkpoint
-              << ": no Hugging Face class represents this model; the keys that prevent it:\n"
-              << e.what();
-    return 2;
+    throw InteropError(a.checkpoint + ": no Hugging Face class represents this model; the keys that prevent it:\n" +
+                       e.what());
   }
   const auto& info = hf_family_info(r.family);
   std::cout << "exported " << r.checkpoint_dir << " as " << info.display << " (" << info.architecture << ", "
@@ -53,8 +51,7 @@ int run_import(const HfCliArgs& a) {
   try {
     r = import_hf(a.hf_dir, out, o);
   } catch (const ConfigError& e) {
-    std::cerr << "keel: import-hf: " << a.hf_dir << ": keel cannot represent this model:\n" << e.what();
-    return 2;
+    throw InteropError(a.hf_dir + ": keel cannot represent this model:\n" + e.what());
   }
   std::cout << "imported " << a.hf_dir << " (" << hf_family_info(r.family).display << ") to " << out << ":\n"
             << "  checkpoint " << r.checkpoint_dir << "\n"
@@ -65,45 +62,34 @@ int run_import(const HfCliArgs& a) {
   return 0;
 }
 
-// InteropError is bad input (exit 2) like the errors main.cpp maps.
-int guarded(const char* name, const std::function<int()>& fn) {
-  try {
-    return fn();
-  } catch (const InteropError& e) {
-    std::cerr << "keel: " << name << ": " << e.what() << "\n";
-    return 2;
-  }
-}
-
 }  // namespace
 
-std::function<int()> add_hf_commands(CLI::App& app) {
+Command add_export_hf_command(CLI::App& app) {
   auto args = std::make_shared<HfCliArgs>();
-  auto* ex = app.add_subcommand(
+  auto* cmd = app.add_subcommand(
       "export-hf", "write a checkpoint as a Hugging Face model directory (Llama, Qwen3, OLMo 2, Gemma 2/3 layouts)");
-  ex->add_option("checkpoint", args->checkpoint, "run directory (its newest valid checkpoint) or checkpoint directory")
+  cmd->add_option("checkpoint", args->checkpoint, "run directory (its newest valid checkpoint) or checkpoint directory")
       ->required();
-  ex->add_option("out_dir", args->out_dir, "directory to write (created; must be empty unless --force)")->required();
-  ex->add_option("--dtype", args->dtype, "dtype of the exported weights")
+  cmd->add_option("out_dir", args->out_dir, "directory to write (created; must be empty unless --force)")->required();
+  cmd->add_option("--dtype", args->dtype, "dtype of the exported weights")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
       ->capture_default_str();
-  ex->add_flag("--force", args->force, "write into a non-empty OUT_DIR, replacing files of the same name");
+  cmd->add_flag("--force", args->force, "write into a non-empty OUT_DIR, replacing files of the same name");
+  return [cmd, args]() -> int { return *cmd ? run_export(*args) : -1; };
+}
 
-  auto* im = app.add_subcommand(
+Command add_import_hf_command(CLI::App& app) {
+  auto args = std::make_shared<HfCliArgs>();
+  auto* cmd = app.add_subcommand(
       "import-hf", "turn a Hugging Face model directory (a mapped layout) into a keel checkpoint + config to train from");
-  im->add_option("hf_dir", args->hf_dir, "directory with config.json and model.safetensors (+ tokenizer.model)")
+  cmd->add_option("hf_dir", args->hf_dir, "directory with config.json and model.safetensors (+ tokenizer.model)")
       ->required();
-  im->add_option("out_dir", args->out_dir, "keel run directory to write; default runs/<name of HF_DIR>");
-  im->add_option("--max-seq-len", args->max_seq_len,
-                 "model.max_seq_len; 0 = max_position_embeddings, capped at 8192 and at any sliding window")
+  cmd->add_option("out_dir", args->out_dir, "keel run directory to write; default runs/<name of HF_DIR>");
+  cmd->add_option("--max-seq-len", args->max_seq_len,
+                  "model.max_seq_len; 0 = max_position_embeddings, capped at 8192 and at any sliding window")
       ->check(CLI::NonNegativeNumber);
-  im->add_flag("--force", args->force, "write into a non-empty OUT_DIR");
-
-  return [args, ex, im]() -> int {
-    if (*ex) return guarded("export-hf", [&] { return run_export(*args); });
-    if (*im) return guarded("import-hf", [&] { return run_import(*args); });
-    return -1;
-  };
+  cmd->add_flag("--force", args->force, "write into a non-empty OUT_DIR");
+  return [cmd, args]() -> int { return *cmd ? run_import(*args) : -1; };
 }
 
 }  // namespace keel

@@ -1,5 +1,8 @@
 // `keel sample RUN_DIR_OR_CHECKPOINT --prompt "..."`: text from a trained model.
+#include <CLI/CLI.hpp>
+
 #include <iostream>
+#include <memory>
 
 #include "checkpoint/checkpoint_resolve.h"
 #include "cli/commands.h"
@@ -18,7 +21,7 @@ static std::string resolve_checkpoint(const std::string& path) {
   return dir;
 }
 
-int cmd_sample(const std::string& path, const std::string& prompt, const SampleOptions& options) {
+static int run_sample(const std::string& path, const std::string& prompt, const SampleOptions& options) {
   {
     const std::string dir = resolve_checkpoint(path);
     Config config = checkpoint_config(dir);
@@ -34,6 +37,23 @@ int cmd_sample(const std::string& path, const std::string& prompt, const SampleO
     std::cout << prompt << tokenizer.decode(out) << std::endl;
     return 0;
   }
+}
+
+Command add_sample_command(CLI::App& app) {
+  struct Args {
+    std::string path, prompt;
+    SampleOptions options;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("sample", "generate text from a run's newest checkpoint (or a given one)");
+  auto& o = args->options;
+  cmd->add_option("checkpoint", args->path, "run directory (runs/NAME) or checkpoint directory")->required();
+  cmd->add_option("--prompt", args->prompt, "text to continue");
+  cmd->add_option("--tokens", o.max_new_tokens, "new tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", o.temperature, "softmax temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", o.top_k, "sample from the k most likely tokens; 0 = all")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "same seed, same text")->capture_default_str();
+  return [cmd, args]() -> int { return *cmd ? run_sample(args->path, args->prompt, args->options) : -1; };
 }
 
 }  // namespace keel

@@ -1,7 +1,10 @@
 // `keel smoke CONFIG`: build the model from a config, print its size, and run
 // one forward and backward pass on random tokens. A check that a config is
 // not only valid but runnable.
+#include <CLI/CLI.hpp>
+
 #include <iostream>
+#include <memory>
 
 #include "cli/commands.h"
 #include "config/config.h"
@@ -10,8 +13,9 @@
 
 namespace keel {
 
-int cmd_smoke(const std::string& path, const std::vector<std::string>& overrides) {
-  Config config = load_config(path, overrides);
+namespace {
+
+int run_smoke(const Config& config) {
   const auto& m = config.model;
   const int64_t T = config.seq_len(), B = 2;
   ModelSize size = model_size(m, T);
@@ -29,7 +33,16 @@ int cmd_smoke(const std::string& path, const std::vector<std::string>& overrides
             << "forward+backward on " << B << "x" << T << " random tokens: loss " << loss.ce.item<double>()
             << " (uniform would be " << std::log(static_cast<double>(m.vocab_size)) << "), grad norm "
             << std::sqrt(grad_sq) << "\n";
-  return std::isfinite(loss.ce.item<double>()) ? 0 : 3;
+  return std::isfinite(loss.ce.item<double>()) ? exit_code::ok : exit_code::nonfinite;
+}
+
+}  // namespace
+
+Command add_smoke_command(CLI::App& app) {
+  auto args = std::make_shared<ConfigArgs>();
+  auto* cmd = app.add_subcommand("smoke", "build the model and run one forward/backward pass");
+  add_config_args(cmd, *args);
+  return [cmd, args]() -> int { return *cmd ? run_smoke(load_config(args->path, args->overrides)) : -1; };
 }
 
 }  // namespace keel

@@ -1,12 +1,54 @@
 // `keel sweep SWEEP.yaml` and `keel report SWEEP_DIR` (src/sweep/).
+#include <CLI/CLI.hpp>
+
+#include <memory>
+
 #include "cli/commands.h"
 #include "sweep/sweep_report.h"
 #include "sweep/sweep_runner.h"
 
 namespace keel {
 
-int cmd_sweep(const std::string& sweep_path, const SweepOptions& options) { return run_sweep(sweep_path, options); }
+Command add_sweep_command(CLI::App& app) {
+  struct Args {
+    std::string path;
+    SweepOptions options;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("sweep", "run every point of a sweep file (a grid of training runs); resumable");
+  auto& o = args->options;
+  cmd->add_option("sweep", args->path, "sweep file (YAML): base config, grid, seeds")->required();
+  cmd->add_option("--parallel", o.parallel, "points running at once (the cores are split)")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "CPU threads per point; 0 = cores / --parallel")->capture_default_str();
+  cmd->add_option("--out", o.out_dir, "sweep directory (default: the file's out_dir)");
+  cmd->add_option("--set", o.overrides, "override a key of every point (repeatable)");
+  cmd->add_option("--only", o.only, "run only points whose names match this glob (repeatable)");
+  cmd->add_flag("--dry-run", o.dry_run, "print the points and what would run, run nothing");
+  cmd->add_option("--progress-every", o.progress_every_s, "seconds between progress lines")->capture_default_str();
+  return [cmd, args]() -> int {
+    if (!*cmd) return -1;
+    args->options.command_line = invocation();  // recorded in the sweep's manifest
+    return run_sweep(args->path, args->options);
+  };
+}
 
-int cmd_report(const std::string& sweep_dir, const ReportOptions& options) { return write_report(sweep_dir, options); }
+Command add_report_command(CLI::App& app) {
+  struct Args {
+    std::string dir;
+    ReportOptions options;
+    bool no_plots = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("report", "summary.csv, LR sensitivity, plots and report.md for a sweep directory");
+  cmd->add_option("sweep_dir", args->dir, "sweep directory (holds sweep.json)")->required();
+  cmd->add_option("--out", args->options.out_dir, "write the report here instead of SWEEP_DIR");
+  cmd->add_flag("--no-plots", args->no_plots, "only the CSVs and report.md");
+  cmd->add_option("--python", args->options.python, "Python with matplotlib (default: .venv/bin/python)");
+  return [cmd, args]() -> int {
+    if (!*cmd) return -1;
+    args->options.plots = !args->no_plots;
+    return write_report(args->dir, args->options);
+  };
+}
 
 }  // namespace keel

@@ -1,8 +1,10 @@
-// Subcommand entry points. Each returns the process exit code:
-// 0 ok, 2 bad input (config, files), 3 training halted on a non-finite value.
+// keel's subcommands. Each add_*_command registers its subcommand, options
+// and help on `app` and returns a Command: after parsing, main() calls every
+// Command; the one whose subcommand was given runs and returns its exit code
+// (util/error.h), the others return -1. Errors propagate as exceptions to
+// main(), which maps them to exit codes in one place.
 #pragma once
 
-#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -11,36 +13,31 @@ namespace CLI { class App; }
 
 namespace keel {
 
-int cmd_validate(const std::string& config_path, const std::vector<std::string>& overrides);
-int cmd_describe(bool markdown);
-int cmd_smoke(const std::string& config_path, const std::vector<std::string>& overrides);
-int cmd_train(const std::string& config_path, const std::vector<std::string>& overrides,
-              const std::string& resume, int64_t stop_after_step);
+using Command = std::function<int()>;
 
-struct LaunchOptions;
-int cmd_launch(const LaunchOptions& options);
+Command add_validate_command(CLI::App& app);  // cmd_config.cpp
+Command add_config_command(CLI::App& app);    // cmd_config.cpp: keel config --describe
+Command add_smoke_command(CLI::App& app);
+Command add_prepare_command(CLI::App& app);
+Command add_train_command(CLI::App& app);
+Command add_launch_command(CLI::App& app);
+Command add_sample_command(CLI::App& app);
+Command add_sweep_command(CLI::App& app);   // cmd_sweep.cpp
+Command add_report_command(CLI::App& app);  // cmd_sweep.cpp
+Command add_export_hf_command(CLI::App& app);  // cmd_hf.cpp
+Command add_import_hf_command(CLI::App& app);  // cmd_hf.cpp
+Command add_bench_command(CLI::App& app);
 
-struct SampleOptions;
-int cmd_sample(const std::string& path, const std::string& prompt, const SampleOptions& options);
+// The command line keel was started with ("keel sweep x.yaml --parallel 2"),
+// set by main() before any command runs.
+void set_invocation(int argc, char** argv);
+const std::string& invocation();
 
-// `keel sweep` runs a grid of training runs; `keel report` summarizes one
-// (src/sweep/sweep_runner.h, src/sweep/sweep_report.h).
-struct SweepOptions;
-struct ReportOptions;
-int cmd_sweep(const std::string& sweep_path, const SweepOptions& options);
-int cmd_report(const std::string& sweep_dir, const ReportOptions& options);
-
-// `keel export-hf` / `keel import-hf` (src/cli/cmd_hf.cpp): registers both on
-// `app`; the returned function runs the one that was parsed and returns its
-// exit code, or -1 when neither was.
-std::function<int()> add_hf_commands(CLI::App& app);
-
-// `keel bench` (src/cli/cmd_bench.cpp, src/train/bench.h): registers it on
-// `app`; the returned function runs it when parsed and returns its exit code,
-// or -1 when it was not.
-std::function<int()> add_bench_command(CLI::App& app);
-
-// Prints "error: ..." lines for a config problem and returns 2.
-int report_config_error(const std::string& what);
+// The CONFIG argument and --set overrides that most subcommands take.
+struct ConfigArgs {
+  std::string path;
+  std::vector<std::string> overrides;
+};
+void add_config_args(CLI::App* cmd, ConfigArgs& args);
 
 }  // namespace keel

@@ -156,17 +156,6 @@ struct Config {
   int64_t seq_len() const { return train.seq_len > 0 ? train.seq_len : model.max_seq_len; }
 };
 
-// Thrown with every problem found, one per line; the CLI prints it and exits 2.
-class ConfigError : public std::runtime_error {
- public:
-  explicit ConfigError(const ConfigErrors& errors)
-      : std::runtime_error(errors.joined()), errors_(errors) {}
-  const ConfigErrors& errors() const { return errors_; }
-
- private:
-  ConfigErrors errors_;
-};
-
 // Section declarations, one per *_config.cpp.
 void declare_model_keys(Schema& s, ModelConfig& m);
 void declare_train_keys(Schema& s, TrainConfig& t);

@@ -1,5 +1,6 @@
-// model.* keys: the architecture. See REFERENCE.md §1-§3 for the published
-// definitions behind norm_placement, qk_norm, softcaps and embed_norm.
+// model.* keys: the architecture. The published definitions behind qk_norm,
+// norm_placement, softcaps and embed_norm are in docs/reference.md#qk-norm-placements,
+// docs/reference.md#block-layouts and docs/reference.md#softcaps-and-embeddings.
 #include <cmath>
 
 #include "config/config.h"

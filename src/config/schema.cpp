@@ -10,16 +10,6 @@
 
 namespace keel {
 
-void ConfigErrors::add(const std::string& path, const std::string& message) {
-  items.push_back(path + ": " + message);
-}
-
-std::string ConfigErrors::joined() const {
-  std::string out;
-  for (const auto& e : items) out += "  error: " + e + "\n";
-  return out;
-}
-
 std::string kind_name(KeyKind kind) {
   switch (kind) {
     case KeyKind::integer: return "int";

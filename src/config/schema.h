@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "util/error.h"
+
 namespace YAML { class Node; }
 
 namespace keel {
@@ -29,13 +31,6 @@ struct KeyDef {
 };
 
 // A list of config errors, all reported together ("all errors in one pass").
-struct ConfigErrors {
-  std::vector<std::string> items;
-  void add(const std::string& path, const std::string& message);
-  bool empty() const { return items.empty(); }
-  std::string joined() const;
-};
-
 class Schema {
  public:
   // Declarations. Each returns the KeyDef so a caller can add bounds.

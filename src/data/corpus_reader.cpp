@@ -11,8 +11,8 @@
 #include <memory>
 #include <string_view>
 
-#include "data/data_error.h"
 #include "data/utf8.h"
+#include "util/error.h"
 
 namespace keel {
 

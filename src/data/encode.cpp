@@ -12,11 +12,11 @@
 #include <thread>
 
 #include "data/corpus_reader.h"
-#include "data/data_error.h"
 #include "data/progress.h"
 #include "data/shard.h"
 #include "data/split.h"
 #include "data/tokenizer.h"
+#include "util/error.h"
 
 namespace keel {
 

@@ -3,9 +3,9 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "data/data_error.h"
-#include "data/hashing.h"
 #include "data/permutation.h"
+#include "util/error.h"
+#include "util/hashing.h"
 
 namespace keel {
 

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "data/data_error.h"
-#include "data/fs_util.h"
+#include "util/error.h"
+#include "util/fs.h"
 
 namespace keel {
 
@@ -125,7 +125,7 @@ DataManifest data_manifest_from_json(const nlohmann::json& j, const std::string&
 }
 
 bool has_data_manifest(const std::string& dir) {
-  return data_fs::kind_of(dir + "/" + kDataManifestFile) == data_fs::Kind::file;
+  return path_kind(dir + "/" + kDataManifestFile) == PathKind::file;
 }
 
 DataManifest read_data_manifest(const std::string& dir) {

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "data/hashing.h"
+#include "util/hashing.h"
 
 namespace keel {
 

@@ -10,10 +10,7 @@
 #include <thread>
 
 #include "config/config.h"
-#include "data/data_error.h"
 #include "data/encode.h"
-#include "data/fs_util.h"
-#include "data/hashing.h"
 #include "data/prepare_settings.h"
 #include "data/shard.h"
 #include "data/sources.h"
@@ -21,6 +18,9 @@
 #include "data/token_stream.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_train.h"
+#include "util/error.h"
+#include "util/fs.h"
+#include "util/hashing.h"
 
 namespace keel {
 
@@ -53,8 +53,8 @@ void check_files(const std::string& dir, const DataManifest& m) {
   const int64_t width = m.dtype == "uint16" ? 2 : 4;
   for (const auto& s : m.shards) {
     std::string path = dir + "/" + s.file;
-    if (data_fs::kind_of(path) != data_fs::Kind::file) throw data_error(path, "listed in the manifest but missing");
-    int64_t size = data_fs::file_bytes(path);
+    if (path_kind(path) != PathKind::file) throw data_error(path, "listed in the manifest but missing");
+    int64_t size = static_cast<int64_t>(file_size(path));
     int64_t want = kShardHeaderBytes + s.tokens * width;
     if (size != want)
       throw data_error(path, "size mismatch: " + std::to_string(size) + " bytes, the manifest implies " +
@@ -148,7 +148,7 @@ PrepareResult prepare_locked(const Config& c, const PrepareOptions& o, const std
   nlohmann::json settings = prepare_settings(c, files, named_sha);
   const std::string fingerprint = settings_fingerprint(settings);
 
-  if (data_fs::kind_of(dir) != data_fs::Kind::missing) {
+  if (path_kind(dir) != PathKind::missing) {
     if (!has_data_manifest(dir)) {
       if (!o.force)
         throw DataError(dir + " exists but holds no " + kDataManifestFile +
@@ -211,7 +211,7 @@ PrepareResult prepare_locked(const Config& c, const PrepareOptions& o, const std
 
 PrepareResult prepare_data(const Config& c, const PrepareOptions& o) {
   const std::string dir = strip_slashes(c.data.dir);
-  data_fs::make_dirs(data_fs::parent_of(dir));
+  ensure_directory(dir_name(dir));
   DirLock lock(dir, [&](const std::string& line) { say(o, line); });
   return prepare_locked(c, o, dir);
 }
@@ -232,7 +232,7 @@ DataManifest ensure_prepared(const Config& c, const PrepareOptions& o) {
   std::vector<SourceFile> files;
   try {
     files = expand_sources(c.data.sources);
-  } catch (const DataError& e) {
+  } catch (const Error& e) {  // DataError or FileError
     // Prepared data may travel without its raw sources (e.g. to a GPU box).
     say(o, std::string("warning: cannot check data.sources against ") + dir + " (" + e.what() +
                "); using the prepared data as it is");

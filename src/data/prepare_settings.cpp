@@ -3,8 +3,8 @@
 #include <map>
 
 #include "config/config.h"
-#include "data/hashing.h"
 #include "data/shard.h"
+#include "util/hashing.h"
 
 namespace keel {
 

@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "data/data_error.h"
-#include "data/hashing.h"
+#include "util/error.h"
+#include "util/hashing.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "keel's shard format is little-endian and read by mapping; add byte swapping for this host"

@@ -9,16 +9,13 @@
 #include <memory>
 #include <set>
 
-#include "data/data_error.h"
-#include "data/fs_util.h"
+#include "util/error.h"
+#include "util/fs.h"
+#include "util/text.h"
 
 namespace keel {
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 std::string strip_gz(const std::string& name) {
   return ends_with(name, ".gz") ? name.substr(0, name.size() - 3) : name;
@@ -35,10 +32,10 @@ bool wanted_in_directory(const std::string& name) {
 SourceFile describe(const std::string& path) {
   SourceFile f;
   f.path = path;
-  f.bytes = data_fs::file_bytes(path);
+  f.bytes = static_cast<int64_t>(file_size(path));
   if (::access(path.c_str(), R_OK) != 0)
     throw data_error(path, std::string("not readable: ") + std::strerror(errno));
-  std::string name = data_fs::base_of(path);
+  std::string name = base_name(path);
   f.gzip = ends_with(name, ".gz");
   f.format = ends_with(strip_gz(name), ".jsonl") ? SourceFormat::jsonl : SourceFormat::text;
   return f;
@@ -47,12 +44,12 @@ SourceFile describe(const std::string& path) {
 // Files under `dir` that a directory source reads, by path (byte order).
 void walk(const std::string& dir, int depth, std::vector<std::string>& found) {
   if (depth > 32) throw data_error(dir, "directories nested more than 32 deep (a symlink loop?)");
-  for (const auto& name : data_fs::list_dir(dir)) {
+  for (const auto& name : list_directory(dir)) {
     if (name[0] == '.') continue;  // .git and friends
     std::string path = dir + "/" + name;
-    auto kind = data_fs::kind_of(path);
-    if (kind == data_fs::Kind::directory) walk(path, depth + 1, found);
-    else if (kind == data_fs::Kind::file && wanted_in_directory(name)) found.push_back(path);
+    auto kind = path_kind(path);
+    if (kind == PathKind::directory) walk(path, depth + 1, found);
+    else if (kind == PathKind::file && wanted_in_directory(name)) found.push_back(path);
   }
 }
 
@@ -65,20 +62,20 @@ std::vector<SourceFile> expand_sources(const std::vector<std::string>& sources) 
   std::vector<SourceFile> files;
   std::set<std::string> seen;  // real paths
   auto add = [&](const std::string& path) {
-    if (!seen.insert(data_fs::real_path(path)).second)
+    if (!seen.insert(real_path(path)).second)
       throw data_error(path, "reached twice through data.sources; its documents would be counted twice");
     files.push_back(describe(path));
   };
   for (std::string source : sources) {
     while (source.size() > 1 && source.back() == '/') source.pop_back();
-    switch (data_fs::kind_of(source)) {
-      case data_fs::Kind::missing:
+    switch (path_kind(source)) {
+      case PathKind::missing:
         throw data_error(source, "listed in data.sources but does not exist (relative paths start at " +
-                                     data_fs::current_dir() + ")");
-      case data_fs::Kind::file:
+                                     current_dir() + ")");
+      case PathKind::file:
         add(source);
         break;
-      case data_fs::Kind::directory: {
+      case PathKind::directory: {
         std::vector<std::string> found;
         walk(source, 0, found);
         if (found.empty())
@@ -86,7 +83,7 @@ std::vector<SourceFile> expand_sources(const std::vector<std::string>& sources) 
         for (const auto& f : found) add(f);
         break;
       }
-      case data_fs::Kind::other:
+      case PathKind::other:
         throw data_error(source, "is neither a regular file nor a directory");
     }
   }

@@ -6,7 +6,7 @@
 
 #include <string_view>
 
-#include "data/hashing.h"
+#include "util/hashing.h"
 
 namespace keel {
 

@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "data/data_error.h"
-#include "data/fs_util.h"
+#include "util/error.h"
+#include "util/fs.h"
 
 namespace keel {
 
@@ -40,13 +40,13 @@ StagingDir::StagingDir(const std::string& target) : target_(target) {
 }
 
 StagingDir::~StagingDir() {
-  if (!path_.empty()) data_fs::remove_tree(path_);
+  if (!path_.empty()) remove_tree_best_effort(path_);
 }
 
 void StagingDir::commit() {
-  data_fs::fsync_dir(path_);  // file contents were fsynced as each was closed
+  fsync_dir_best_effort(path_);  // file contents were fsynced as each was closed
   std::string old;
-  if (data_fs::kind_of(target_) != data_fs::Kind::missing) {
+  if (path_kind(target_) != PathKind::missing) {
     old = target_ + ".old-" + std::to_string(::getpid());
     if (std::rename(target_.c_str(), old.c_str()) != 0)
       throw data_error(target_, std::string("cannot move the old directory aside: ") + std::strerror(errno));
@@ -54,15 +54,15 @@ void StagingDir::commit() {
   if (std::rename(path_.c_str(), target_.c_str()) != 0)
     throw data_error(target_, "cannot rename " + path_ + " into place: " + std::strerror(errno));
   path_.clear();
-  data_fs::fsync_dir(data_fs::parent_of(target_));
-  if (!old.empty()) data_fs::remove_tree(old);
+  fsync_dir_best_effort(dir_name(target_));
+  if (!old.empty()) remove_tree_best_effort(old);
 }
 
 void remove_stale_staging(const std::string& target) {
-  const std::string parent = data_fs::parent_of(target), base = data_fs::base_of(target);
-  for (const auto& name : data_fs::list_dir(parent))
+  const std::string parent = dir_name(target), base = base_name(target);
+  for (const auto& name : list_directory(parent))
     if (name.rfind(base + ".tmp-", 0) == 0 || name.rfind(base + ".old-", 0) == 0)
-      data_fs::remove_tree(parent + "/" + name);
+      remove_tree_best_effort(parent + "/" + name);
 }
 
 }  // namespace keel

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "data/data_error.h"
+#include "util/error.h"
 
 namespace keel {
 

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "data/data_error.h"
+#include "util/error.h"
 
 namespace keel {
 

@@ -7,9 +7,9 @@
 #include <unordered_map>
 
 #include "data/corpus_reader.h"
-#include "data/data_error.h"
-#include "data/hashing.h"
 #include "data/split.h"
+#include "util/error.h"
+#include "util/hashing.h"
 
 namespace keel {
 

@@ -4,17 +4,16 @@
 #include <iostream>
 #include <optional>
 
-#include "checkpoint/checkpoint_error.h"
 #include "checkpoint/checkpoint_resolve.h"
-#include "checkpoint/posix_io.h"
 #include "checkpoint/safetensors.h"
 #include "data/tokenizer.h"
 #include "interop/hf_config.h"
 #include "interop/hf_files.h"
 #include "interop/hf_tokenizer.h"
-#include "interop/interop_error.h"
 #include "model/transformer.h"
 #include "train/train_state.h"
+#include "util/error.h"
+#include "util/fs.h"
 
 namespace keel {
 

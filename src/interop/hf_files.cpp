@@ -2,8 +2,8 @@
 
 #include <unistd.h>
 
-#include "checkpoint/posix_io.h"
-#include "interop/interop_error.h"
+#include "util/error.h"
+#include "util/fs.h"
 
 namespace keel {
 

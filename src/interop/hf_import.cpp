@@ -3,18 +3,16 @@
 #include <map>
 #include <set>
 
-#include "checkpoint/checkpoint_error.h"
 #include "checkpoint/checkpoint_store.h"
-#include "checkpoint/posix_io.h"
 #include "checkpoint/safetensors.h"
-#include "data/fs_util.h"
 #include "data/tokenizer.h"
 #include "interop/hf_config.h"
 #include "interop/hf_export.h"
 #include "interop/hf_files.h"
-#include "interop/interop_error.h"
 #include "model/init.h"
 #include "train/train_state.h"
+#include "util/error.h"
+#include "util/fs.h"
 
 namespace keel {
 
@@ -107,9 +105,9 @@ void copy_weights(std::map<std::string, torch::Tensor>& hf, Transformer& model, 
 }
 
 std::string absolute(const std::string& path) {
-  std::string r = data_fs::real_path(path);
+  std::string r = real_path(path);
   if (!r.empty() && r[0] == '/') return r;
-  return data_fs::current_dir() + "/" + path;
+  return current_dir() + "/" + path;
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "interop/interop_error.h"
+#include "util/error.h"
 
 namespace keel {
 

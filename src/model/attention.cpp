@@ -163,7 +163,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
 
   torch::Tensor y;
   const bool track = track_head_max && torch::GradMode::is_enabled();  // training forwards only
-  if (softcap_ || clamp_ || stats || track) {
+  if (explicit_path(stats != nullptr)) {
     torch::Tensor step_max;
     y = explicit_attention(q, k, v, scale_, softcap_, stats, clamp_, track ? &step_max : nullptr);
     if (track) head_max = head_max.defined() ? torch::maximum(head_max, step_max) : step_max;

@@ -1,4 +1,4 @@
-// Causal grouped-query attention with every QK-Norm variant of REFERENCE.md §1,
+// Causal grouped-query attention with every QK-Norm variant of docs/reference.md#qk-norm-placements,
 // an optional attention softcap, and optional statistics for monitoring.
 #pragma once
 
@@ -28,9 +28,15 @@ class AttentionImpl : public torch::nn::Module {
   // the statistics are filled in.
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats = nullptr);
 
+  int64_t matmul_weights() const { return wq.numel() + wk.numel() + wv.numel() + wo.numel(); }  // for FLOPs
   // Scale applied to q.k (ignored for l2, where the temperature replaces it).
   double score_scale() const { return scale_; }
-  bool uses_fast_path() const { return !softcap_ && !clamp_ && !track_head_max; }
+  // The one dispatch test: the explicit path when a softcap or clamp is set,
+  // statistics are asked for, or QK-clip tracks this training forward's
+  // logits; SDPA (flash / memory-efficient kernels) otherwise.
+  bool explicit_path(bool with_stats) const {
+    return softcap_ || clamp_ || with_stats || (track_head_max && torch::GradMode::is_enabled());
+  }
 
   // QK-clip needs each head's largest logit of the step: while set, training
   // forwards take the explicit path and keep the running per-head maximum of

@@ -3,14 +3,11 @@
 #include <cmath>
 
 #include "model/sigma_reparam.h"
+#include "util/text.h"
 
 namespace keel {
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // N(0, std), optionally truncated at +-k std by inverse-CDF sampling (the
 // method of torch.nn.init.trunc_normal_), drawn from `gen` on the CPU.

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "model/fused_ops.h"
+#include "model/sigma_reparam.h"
 
 namespace keel {
 
@@ -24,6 +25,10 @@ MlpImpl::MlpImpl(const ModelConfig& cfg) : gated(cfg.mlp != "gelu"), kind(cfg.ml
     w_up_sigma = register_module("w_up_sigma", SigmaReparam(H, C));
     w_down_sigma = register_module("w_down_sigma", SigmaReparam(C, H));
   }
+}
+
+int64_t MlpImpl::matmul_weights() const {
+  return (w_gate.defined() ? w_gate.numel() : 0) + w_up.numel() + w_down.numel();
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
@@ -95,6 +100,11 @@ TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg) {
   for (int64_t i = 0; i < cfg.n_layers; ++i) blocks->push_back(Block(cfg));
   // Post-LN blocks already end in a norm; the other layouts need a final one.
   if (cfg.norm_placement != "post") final_norm = register_module("final_norm", make_block_norm(cfg));
+}
+
+void TransformerImpl::begin_step() {
+  if (cfg_.sigma_reparam) sigma_reparam_power_step(*this);  // one power-iteration step per step
+  for (const auto& b : *blocks) b->as<BlockImpl>()->attn->head_max = torch::Tensor();
 }
 
 const RopeTables& TransformerImpl::rope_tables(int64_t T, torch::Device device) {

@@ -1,5 +1,5 @@
 // The decoder-only transformer: embedding, n_layers blocks in one of four norm
-// layouts (REFERENCE.md §2), final norm, output head. Short enough to read in
+// layouts (docs/reference.md#block-layouts), final norm, output head. Short enough to read in
 // one sitting; every architectural choice is a key in ModelConfig.
 #pragma once
 
@@ -20,6 +20,7 @@ class MlpImpl : public torch::nn::Module {
  public:
   explicit MlpImpl(const ModelConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x);
+  int64_t matmul_weights() const;      // elements of w_gate, w_up, w_down: what FLOPs count
   bool gated;                          // swiglu and geglu_tanh
   std::string kind;                    // model.mlp
   torch::Tensor w_gate, w_up, w_down;  // gelu uses w_up and w_down only
@@ -58,6 +59,10 @@ class TransformerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& idx, const ForwardOptions& options = {});
 
   const ModelConfig& config() const { return cfg_; }
+  // Once per optimizer step, before its forwards: each module's per-step
+  // state starts afresh (sigmaReparam's power iteration, QK-clip's per-head
+  // maxima), so the step runner need not know which knobs have any.
+  void begin_step();
 
   torch::Tensor wte;      // [padded_vocab, d_model]
   torch::Tensor lm_head;  // [padded_vocab, d_model]; the same tensor as wte when tied

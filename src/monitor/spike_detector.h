@@ -1,46 +1,13 @@
-// Loss / grad-norm spike signals (REFERENCE.md §5). Plain C++ + nlohmann::json; no torch.
-//
-// SpikeDetector: online rolling z-score detector in the style of OLMo-core's stability
-//   monitor and llm.c (window 128, threshold 6σ, active once 64 values exist).
-//   - z = (value − mean) / std over the window of *previously accepted* values
-//     (the current value is never part of its own statistics).
-//   - std is the POPULATION standard deviation (divide by n, ddof = 0).
-//   - One-sided, like llm.c: only upward deviations count; spike = active && z > threshold
-//     (strictly greater). A large downward value is not a spike and IS added to the window.
-//   - active once the window holds at least `warmup` accepted values.
-//   - Flagged spikes are NOT added to the window (llm.c keeps outliers out), so the value
-//     after a spike sees exactly the statistics it would have seen without the spike.
-//     Consequence (same as llm.c): a permanent upward level shift keeps being flagged.
-//   - Non-finite values (NaN, ±inf) are always flagged, even during warm-up, with
-//     z = +inf, and are never added to the window; mean/std report the current window.
-//   - std == 0 (constant window): z = +inf if value > mean (a spike once active),
-//     z = 0 if value == mean, z = −inf if value < mean (never a spike). No division by 0.
-//   - Statistics are recomputed from the window on every call (two-pass, O(window)):
-//     exact, order-deterministic, and bit-reproducible after load_state().
-//
-// SpikeScore: the OLMo 2 spike score: percentage of values lying at least `sigma`
-//   standard deviations from the rolling mean of the previous `window` values.
-//   - For value x_t the statistics are over the last min(t', window) values before it
-//     (the current value excluded; all finite values enter the history, outliers included,
-//     as in a plain rolling mean). std is the POPULATION std (ddof = 0).
-//   - x_t is "scored" once the history holds at least `min_history` values (default 100);
-//     scored() is the denominator. Earlier values only feed the history. Why not 2: with
-//     2–3 history values the std estimate is degenerate, and even i.i.d. uniform noise then
-//     produces ">7σ" flags (seen in testing at t = 2); 100 values give a usable std while
-//     scoring all but the first 100 steps. Pass min_history = window for pandas-style
-//     rolling(window) semantics (score only full windows).
-//   - Two-sided: flagged iff |x − mean| >= sigma·std and |x − mean| > 0 (the second
-//     clause keeps a constant series from flagging itself when std == 0; with std == 0
-//     any x != mean is flagged).
-//   - Non-finite values are always scored and flagged (even before min_history) and are
-//     never added to the history.
-//   - score_percent() = 100 · flagged / scored (0 when nothing was scored).
-//   - Efficiency: O(1) amortised per value. Running sums Σ(x−K) and Σ(x−K)² over a ring
-//     buffer, with a shift K (the first value, then the window mean at each rebase).
-//     Every `window` insertions the sums are recomputed from the buffer (two-pass, K reset
-//     to the exact mean), which bounds drift and catastrophic cancellation
-//     (var = S2/n − (S1/n)², clamped at 0). The sums are part of state(), so a restored
-//     score continues bit-identically.
+// Loss / grad-norm spike signals, plain C++ (no torch):
+//   SpikeDetector  one-sided rolling z-score (OLMo-core / llm.c defaults:
+//                  window 128, 6 sigma, active after 64 values); flagged
+//                  values stay out of the window
+//   SpikeScore     the OLMo 2 spike score: % of values >= sigma std devs from
+//                  the rolling mean of the previous `window` values
+// Both are exact and order-deterministic, and their state() restores them
+// bit-identically. Their precise semantics (population std, non-finite
+// values, a constant window, warm-up) are in docs/stability.md#spike-detection-exactly
+// and the definitions in docs/reference.md#spike-and-divergence-signals.
 #pragma once
 
 #include <cstdint>

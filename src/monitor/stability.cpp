@@ -63,10 +63,14 @@ void StabilityMonitor::check_loss_divergence(int64_t step, double loss) {
   }
 }
 
-void StabilityMonitor::observe_attention(int64_t step, const nlohmann::json& attn) {
+void StabilityMonitor::observe_model_stats(int64_t step, const nlohmann::json& stats) {
+  const auto& attn = stats.at("attn");
+  if (stats.contains("output") && stats["output"].contains("z_loss")) final_z_ = stats["output"]["z_loss"].get<double>();
+  max_attn_logit_.resize(std::max(max_attn_logit_.size(), attn.size()), 0.0);
   double best = -1;
   for (size_t i = 0; i < attn.size(); ++i) {
     const double v = attn[i]["max_logit"].get<double>();
+    max_attn_logit_[i] = std::max(max_attn_logit_[i], v);
     if (v > best) {
       best = v;
       top_attn_layer_ = static_cast<int64_t>(i);
@@ -87,7 +91,9 @@ nlohmann::json StabilityMonitor::summary() const {
           {"diverged_step", diverged() ? nlohmann::json(diverged_step_) : nlohmann::json()},
           {"diverged_reason", diverged() ? nlohmann::json(diverged_reason_) : nlohmann::json()},
           {"spikes", {{"loss", loss_spikes_.spikes()}, {"grad_norm", grad_spikes_.spikes()}}},
-          {"spike_score_percent", {{"loss", loss_score_.score_percent()}, {"grad_norm", grad_score_.score_percent()}}}};
+          {"spike_score_percent", {{"loss", loss_score_.score_percent()}, {"grad_norm", grad_score_.score_percent()}}},
+          {"max_attn_logit_per_layer", max_attn_logit_},
+          {"final_z_loss", std::isfinite(final_z_) ? nlohmann::json(final_z_) : nlohmann::json()}};
 }
 
 nlohmann::json StabilityMonitor::state() const {
@@ -98,7 +104,9 @@ nlohmann::json StabilityMonitor::state() const {
           {"initial_loss", std::isnan(initial_loss_) ? nlohmann::json() : nlohmann::json(initial_loss_)},
           {"top_attn_layer", top_attn_layer_ ? nlohmann::json(*top_attn_layer_) : nlohmann::json()},
           {"diverged_step", diverged_step_},
-          {"diverged_reason", diverged_reason_}};
+          {"diverged_reason", diverged_reason_},
+          {"max_attn_logit_per_layer", max_attn_logit_},
+          {"final_z_loss", std::isfinite(final_z_) ? nlohmann::json(final_z_) : nlohmann::json()}};
 }
 
 void StabilityMonitor::load_state(const nlohmann::json& s) {
@@ -110,6 +118,9 @@ void StabilityMonitor::load_state(const nlohmann::json& s) {
   if (s.at("top_attn_layer").is_number()) top_attn_layer_ = s["top_attn_layer"].get<int64_t>();
   diverged_step_ = s.at("diverged_step").get<int64_t>();
   diverged_reason_ = s.at("diverged_reason").get<std::string>();
+  // Checkpoints before these moved here kept the maxima beside the state.
+  if (s.contains("max_attn_logit_per_layer")) max_attn_logit_ = s["max_attn_logit_per_layer"].get<std::vector<double>>();
+  if (s.contains("final_z_loss") && s["final_z_loss"].is_number()) final_z_ = s["final_z_loss"].get<double>();
 }
 
 }  // namespace keel

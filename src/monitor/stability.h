@@ -1,8 +1,9 @@
-// Run-level stability bookkeeping (REFERENCE.md §5): spike detection on the
-// loss and the gradient norm, OLMo 2 spike scores, and divergence. The trainer
-// pushes each step's (loss, grad norm) as a device tensor and drains them on
-// logging steps with one host copy, so detection adds no per-step sync; only
-// monitor.skip_on_spike needs each step's verdict before its update.
+// Run-level stability bookkeeping (docs/reference.md#spike-and-divergence-signals):
+// spike detection on the loss and the gradient norm, OLMo 2 spike scores, and
+// divergence. The trainer pushes each step's (loss, grad norm) as a device
+// tensor and drains them on logging steps with one host copy, so detection adds
+// no per-step sync; only monitor.skip_on_spike needs each step's verdict before
+// its update.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -35,12 +36,14 @@ class StabilityMonitor {
   std::vector<SpikeEvent> drain();
   // Judge one step now (skip-on-spike path); returns its spikes.
   std::vector<SpikeEvent> observe(int64_t step, double loss, double grad_norm);
-  // Attention statistics of a monitor step: tracks the top layer and checks
-  // the layer-0 maximum logit against monitor.diverge_attn_logit.
-  void observe_attention(int64_t step, const nlohmann::json& attn);
+  // Statistics of a monitor step (train/model_stats.h: "attn", "output"):
+  // tracks the top layer and each layer's largest logit over the run, the
+  // latest z-loss, and checks the layer-0 maximum logit against
+  // monitor.diverge_attn_logit.
+  void observe_model_stats(int64_t step, const nlohmann::json& stats);
 
   bool diverged() const { return diverged_step_ >= 0; }
-  nlohmann::json summary() const;  // spike counts and scores, divergence
+  nlohmann::json summary() const;  // spike counts and scores, divergence, attention maxima, final z-loss
   nlohmann::json state() const;    // everything, for checkpoints
   void load_state(const nlohmann::json& state);
 
@@ -52,6 +55,8 @@ class StabilityMonitor {
   std::vector<std::pair<int64_t, torch::Tensor>> pending_;
   double initial_loss_ = NAN;
   std::optional<int64_t> top_attn_layer_;
+  std::vector<double> max_attn_logit_;  // per layer, over the run's monitor steps
+  double final_z_ = NAN;                // z-loss of the output logits at the last monitor step
   int64_t diverged_step_ = -1;
   std::string diverged_reason_;
 };

@@ -3,7 +3,7 @@
 #include <set>
 
 #include "checkpoint/checkpoint_store.h"
-#include "checkpoint/posix_io.h"
+#include "util/fs.h"
 
 namespace keel {
 

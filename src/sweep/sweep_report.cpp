@@ -10,9 +10,9 @@
 #include <set>
 #include <stdexcept>
 
-#include "checkpoint/posix_io.h"
 #include "sweep/sweep_manifest.h"
 #include "train/run_dir.h"
+#include "util/fs.h"
 #include "util/log.h"
 
 extern char** environ;

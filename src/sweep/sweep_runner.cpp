@@ -20,11 +20,12 @@
 #include <set>
 #include <thread>
 
-#include "checkpoint/posix_io.h"
 #include "data/prepare.h"
 #include "sweep/sweep_manifest.h"
 #include "train/run_dir.h"
+#include "util/fs.h"
 #include "util/log.h"
+#include "util/text.h"
 
 extern char** environ;
 
@@ -36,12 +37,6 @@ volatile sig_atomic_t g_sweep_signal = 0;
 void on_sweep_signal(int sig) { g_sweep_signal = sig; }
 
 using Clock = std::chrono::steady_clock;
-
-std::string hms(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
-  return strf("%d:%02d:%02d", static_cast<int>(s / 3600), static_cast<int>(s / 60 % 60), static_cast<int>(s % 60));
-}
 
 std::string utc_now() {
   std::time_t t = std::time(nullptr);

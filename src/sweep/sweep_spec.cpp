@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "checkpoint/posix_io.h"
+#include "util/fs.h"
 
 namespace keel {
 

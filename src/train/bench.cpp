@@ -11,21 +11,23 @@
 #include <iostream>
 #include <memory>
 
-#include "checkpoint/posix_io.h"
-#include "data/fs_util.h"
 #include "data/loader.h"
 #include "data/manifest.h"
 #include "data/prepare.h"
-#include "dist/dist_env.h"
+#include "distributed/dist_env.h"
 #include "model/init.h"
 #include "model/model_size.h"
 #include "train/device.h"
+#include "train/device_counters.h"
 #include "train/model_stats.h"
 #include "train/optimizer.h"
 #include "train/qk_clip.h"
 #include "train/schedule.h"
 #include "train/step_runner.h"
+#include "train/training_setup.h"
+#include "util/fs.h"
 #include "util/log.h"
+#include "util/text.h"
 
 #ifdef KEEL_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -78,13 +80,11 @@ class Bench {
   Config cfg_;
   BenchOptions opt_;
   ComputeSetup compute_;
-  ModelSize size_;
-  Transformer model_{nullptr};
-  std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<StepRunner> runner_;
+  BatchGeometry geometry_;
+  TrainingParts parts_;  // what keel train builds (train/training_setup.h)
   std::unique_ptr<BatchLoader> loader_;
-  int64_t batch_ = 0, seq_len_ = 0, micro_ = 0, n_micro_ = 0;
-  torch::Tensor nonfinite_count_, loss_sum_, signals_;
+  std::unique_ptr<DeviceCounters> counters_;
+  torch::Tensor signals_;
 };
 
 void Bench::setup() {
@@ -96,38 +96,26 @@ void Bench::setup() {
     compute_.peak_flops = opt_.peak_tflops * 1e12;
     compute_.peak_source = strf("given with --peak-tflops %g", opt_.peak_tflops);
   }
-  seq_len_ = cfg_.seq_len();
-  batch_ = cfg_.train.batch_tokens > 0 ? cfg_.train.batch_tokens / seq_len_ : cfg_.train.batch_size;
-  micro_ = cfg_.train.micro_batch_size > 0 ? cfg_.train.micro_batch_size : batch_;
-  if (batch_ % micro_ != 0)
-    throw std::invalid_argument(strf("train.micro_batch_size %lld does not divide train.batch_size %lld",
-                                     static_cast<long long>(micro_), static_cast<long long>(batch_)));
-  n_micro_ = batch_ / micro_;
-  const uint64_t seed = static_cast<uint64_t>(cfg_.run.seed);
+  geometry_ = batch_geometry(cfg_, 1);
   if (!opt_.random_data) {
     ensure_prepared(cfg_);
-    loader_ = std::make_unique<BatchLoader>(cfg_.data.dir, "train", seq_len_, batch_, 0, 1, seed, cfg_.data.prefetch,
+    loader_ = std::make_unique<BatchLoader>(cfg_.data.dir, "train", geometry_.seq_len, geometry_.global_batch, 0, 1,
+                                            static_cast<uint64_t>(cfg_.run.seed), cfg_.data.prefetch,
                                             cfg_.data.verify);
   }
-  torch::manual_seed(cfg_.run.seed);
-  size_ = model_size(cfg_.model, seq_len_);
-  model_ = build_model(cfg_.model, seed, compute_.device);
-  std::vector<NamedParam> params;
-  for (auto& item : model_->named_parameters(true)) params.push_back({item.key(), item.value()});
-  optimizer_ = std::make_unique<AdamW>(params, cfg_.train);
+  torch::manual_seed(cfg_.run.seed);  // the random batches
   check_cuda_graph_setup(cfg_, compute_, 1);
-  runner_ = std::make_unique<StepRunner>(model_, *optimizer_, cfg_, compute_, micro_);
+  parts_ = build_training_parts(cfg_, compute_, geometry_);
   if (loader_ && compute_.device.is_cuda()) loader_->set_pinned(true);  // as the trainer
-  auto zeros = [&] { return torch::zeros({}, torch::TensorOptions().device(compute_.device)); };
-  nonfinite_count_ = zeros();
-  loss_sum_ = zeros();
+  counters_ = std::make_unique<DeviceCounters>(compute_.device);
 }
 
 Batch Bench::batch(int64_t step) {
   if (loader_) return loader_->get(step);
   // Uniform random tokens, made on the CPU like the loader's batches.
-  auto tokens = torch::randint(0, cfg_.model.vocab_size, {batch_, seq_len_ + 1}, torch::kInt64);
-  Batch b{tokens.narrow(1, 0, seq_len_).contiguous(), tokens.narrow(1, 1, seq_len_).contiguous()};
+  const int64_t B = geometry_.global_batch, T = geometry_.seq_len;
+  auto tokens = torch::randint(0, cfg_.model.vocab_size, {B, T + 1}, torch::kInt64);  // shape: [B, T + 1]
+  Batch b{tokens.narrow(1, 0, T).contiguous(), tokens.narrow(1, 1, T).contiguous()};
   if (compute_.device.is_cuda()) b = {b.inputs.pin_memory(), b.targets.pin_memory()};  // as the loader's on CUDA
   return b;
 }
@@ -145,33 +133,33 @@ double Bench::step(int64_t step, Phases* ph) {
     mark = now;
   };
   const double lr = lr_at(cfg_.train, step);
+  StepRunner& runner = *parts_.runner;
   StepResult r;
-  if (runner_->graph_mode()) {  // one replay: no phases to tell apart
+  if (runner.graph_mode()) {  // one replay: no phases to tell apart
     Batch b = batch(step);
     lap(&Phases::data);
-    r = runner_->graphed_step(runner_->to_device(b), lr);
+    r = runner.graphed_step(runner.to_device(b), lr);
     lap(&Phases::forward);
   } else {
-    optimizer_->zero_grad();
-    runner_->begin_step();
+    parts_.optimizer->zero_grad();
+    runner.begin_step();
     Batch b = batch(step);
-    auto on_device = runner_->to_device(b);
+    auto on_device = runner.to_device(b);
     lap(&Phases::data);
     MicroHooks hooks;
     hooks.before_backward = [&](int64_t, LossParts&) { lap(&Phases::forward); };
     hooks.after_backward = [&](int64_t) { lap(&Phases::backward); };
-    r.loss = runner_->forward_backward(on_device, hooks);
+    r.loss = runner.forward_backward(on_device, hooks);
     lap(&Phases::communication);  // no gradient all-reduce in a single process: ~0
-    r.clip = runner_->clip(r.loss.ce);
-    runner_->update(lr, r.clip.found_inf);
-    if (cfg_.train.qk_clip_tau) qk_clip_model_(model_, *cfg_.train.qk_clip_tau);
+    r.clip = runner.clip(r.loss.ce);
+    runner.update(lr, r.clip.found_inf);
+    if (cfg_.train.qk_clip_tau) counters_->add_qk_clipped(qk_clip_model_(parts_.model, *cfg_.train.qk_clip_tau));
   }
-  // The trainer's bookkeeping: loss sum, non-finite count, the spike queue.
-  loss_sum_ += r.loss.ce;
-  nonfinite_count_ += r.clip.found_inf;
+  // The trainer's bookkeeping: the device counters and the spike queue.
+  counters_->add_step(r.loss.ce, r.loss.z, r.clip.grad_norm, r.clip.found_inf);
   signals_ = torch::stack({r.loss.ce.to(torch::kFloat32), r.clip.grad_norm.to(torch::kFloat32)});
-  // The trainer reads the non-finite count every step on the CPU (free there).
-  if (dev.is_cpu()) (void)nonfinite_count_.item<double>();
+  // The trainer reads the counters every step on the CPU (free there).
+  if (dev.is_cpu()) (void)counters_->read();
   lap(&Phases::optimizer);
   device_sync(dev);
   const double total = ms_between(start, Clock::now());
@@ -193,12 +181,12 @@ nlohmann::json Bench::monitor_cost(double step_ms) {
   Batch b = batch(0);
   const int64_t n = std::min<int64_t>(cfg_.monitor.sequences, b.inputs.size(0));
   auto inputs = b.inputs.narrow(0, 0, n).to(compute_.device);
-  collect_model_stats(model_, inputs, compute_.bf16_autocast);  // warm-up (explicit attention path)
+  collect_model_stats(parts_.model, inputs, compute_.bf16_autocast);  // warm-up (explicit attention path)
   std::vector<double> times;
   for (int64_t i = 0; i < opt_.monitor_repeats; ++i) {
     device_sync(compute_.device);
     const auto t0 = Clock::now();
-    collect_model_stats(model_, inputs, compute_.bf16_autocast);  // ends in a host copy: synchronised
+    collect_model_stats(parts_.model, inputs, compute_.bf16_autocast);  // ends in a host copy: synchronised
     times.push_back(ms_between(t0, Clock::now()));
   }
   const double stats_ms = median_of(times);
@@ -223,23 +211,15 @@ int64_t Bench::peak_memory_bytes(std::string* source) const {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-std::string si(double v) {
-  if (v >= 1e12) return strf("%.2fT", v / 1e12);
-  if (v >= 1e9) return strf("%.2fG", v / 1e9);
-  if (v >= 1e6) return strf("%.2fM", v / 1e6);
-  if (v >= 1e3) return strf("%.1fk", v / 1e3);
-  return strf("%.0f", v);
-}
-
 nlohmann::json Bench::run() {
   setup();
   const auto& m = cfg_.model;
-  const double tokens_per_step = static_cast<double>(batch_ * seq_len_);
+  const double tokens_per_step = static_cast<double>(geometry_.tokens_per_step());
   std::cout << strf("keel bench %s: %s, %s%s; %s parameters; batch %lld x %lld tokens (%lld micro-step%s of %lld)%s\n",
                     opt_.config_name.c_str(), compute_.device_name.c_str(),
-                    compute_.bf16_autocast ? "bf16 autocast" : "fp32", runner_->graph_mode() ? ", CUDA graph" : "", si(static_cast<double>(size_.total)).c_str(),
-                    static_cast<long long>(batch_), static_cast<long long>(seq_len_),
-                    static_cast<long long>(n_micro_), n_micro_ > 1 ? "s" : "", static_cast<long long>(micro_),
+                    compute_.bf16_autocast ? "bf16 autocast" : "fp32", parts_.runner->graph_mode() ? ", CUDA graph" : "", si(static_cast<double>(parts_.size.total)).c_str(),
+                    static_cast<long long>(geometry_.global_batch), static_cast<long long>(geometry_.seq_len),
+                    static_cast<long long>(geometry_.n_micro), geometry_.n_micro > 1 ? "s" : "", static_cast<long long>(geometry_.micro_batch),
                     opt_.random_data ? ", random tokens" : "")
             << std::flush;
 
@@ -253,7 +233,7 @@ nlohmann::json Bench::run() {
   const double med = median_of(times), mean = mean_of(times);
   const double tok_s = med > 0 ? tokens_per_step / (med / 1e3) : 0;
   const double tok_s_mean = mean > 0 ? tokens_per_step / (mean / 1e3) : 0;
-  const double mfu = compute_.peak_flops > 0 ? size_.flops_per_token * tok_s / compute_.peak_flops : 0;
+  const double mfu = compute_.peak_flops > 0 ? parts_.size.flops_per_token * tok_s / compute_.peak_flops : 0;
   auto phase_median = [&](double Phases::*slot) {
     std::vector<double> v;
     for (const auto& p : phases) v.push_back(p.*slot);
@@ -272,7 +252,7 @@ nlohmann::json Bench::run() {
     for (const char* k : {"data", "forward", "backward", "optimizer", "communication"})
       parts += breakdown[k].get<double>();
     breakdown["other"] = std::max(0.0, breakdown["total"].get<double>() - parts);
-    if (runner_->graph_mode()) {  // forward .. update are one replay, charged to "forward" above
+    if (parts_.runner->graph_mode()) {  // forward .. update are one replay, charged to "forward" above
       breakdown["graph_replay"] = breakdown["forward"];
       for (const char* k : {"forward", "backward", "optimizer", "communication"}) breakdown[k] = nullptr;
     }
@@ -290,16 +270,16 @@ nlohmann::json Bench::run() {
       {"device", compute_.device.str()},
       {"device_name", compute_.device_name},
       {"precision", compute_.bf16_autocast ? "bf16 autocast" : "fp32"},
-      {"cuda_graph", runner_->graph_mode()},
+      {"cuda_graph", parts_.runner->graph_mode()},
       {"threads", compute_.threads},
-      {"parameters", size_.total},
-      {"matmul_parameters", size_.matmul},
-      {"flops_per_token", size_.flops_per_token},
+      {"parameters", parts_.size.total},
+      {"matmul_parameters", parts_.size.matmul},
+      {"flops_per_token", parts_.size.flops_per_token},
       {"flops_convention", flops_convention()},
       {"model", {{"d_model", m.d_model}, {"n_layers", m.n_layers}, {"n_heads", m.n_heads},
                  {"n_kv_heads", m.n_kv_heads}, {"mlp", m.mlp}, {"norm", m.norm},
                  {"qk_norm", m.qk_norm.type}, {"vocab_padded", m.padded_vocab()}}},
-      {"batch", {{"sequences", batch_}, {"seq_len", seq_len_}, {"micro_batch", micro_}, {"micro_steps", n_micro_},
+      {"batch", {{"sequences", geometry_.global_batch}, {"seq_len", geometry_.seq_len}, {"micro_batch", geometry_.micro_batch}, {"micro_steps", geometry_.n_micro},
                  {"tokens_per_step", static_cast<int64_t>(tokens_per_step)}}},
       {"data", opt_.random_data ? "random" : cfg_.data.dir},
       {"warmup", opt_.warmup},
@@ -324,7 +304,7 @@ nlohmann::json Bench::run() {
             << strf("  tokens/s   %s (median step), %s (mean)\n", si(tok_s).c_str(), si(tok_s_mean).c_str())
             << strf("  MFU        %.2f%% of %sFLOP/s (%s)\n", 100 * mfu, si(compute_.peak_flops).c_str(),
                     compute_.peak_source.c_str())
-            << "             " << flops_convention() << "; " << si(size_.flops_per_token) << "FLOPs/token\n"
+            << "             " << flops_convention() << "; " << si(parts_.size.flops_per_token) << "FLOPs/token\n"
             << strf("  memory     peak %.1f MiB (%s)\n", static_cast<double>(peak_mem) / (1 << 20), mem_source.c_str());
   if (!breakdown.is_null() && breakdown.contains("graph_replay"))
     std::cout << strf("  breakdown  data %.2f | CUDA graph replay (forward .. update) %.2f | other %.2f ms (median of "
@@ -346,7 +326,7 @@ nlohmann::json Bench::run() {
 
   std::string path = opt_.json_path;
   if (path.empty()) path = cfg_.run.out_dir + "/bench/" + (opt_.config_name.empty() ? "bench" : opt_.config_name) + ".json";
-  data_fs::make_dirs(data_fs::parent_of(path));
+  ensure_directory(dir_name(path));
   write_file_durably(path, r.dump(2) + "\n");
   std::cout << "  json       " << path << "\n";
   return r;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "util/error.h"
+
 namespace keel {
 
 bool wants_weight_decay(const std::string& name, const TrainConfig& t) {
@@ -66,7 +68,7 @@ void AdamW::step_fused(const Group& g, double lr, const torch::Tensor& lr_tensor
     steps.push_back(steps_[i]);
   }
   if (p.empty()) return;
-  // Step counters are incremented before the call (REFERENCE.md §8); a skipped
+  // Step counters are incremented before the call (docs/reference.md#libtorch-notes); a skipped
   // step (found_inf = 1) takes the increment back, still without a sync.
   if (found_inf.defined()) torch::_foreach_add_(steps, 1.0 - found_inf);
   else torch::_foreach_add_(steps, 1.0);
@@ -111,9 +113,9 @@ void AdamW::load_state(const std::vector<std::pair<std::string, torch::Tensor>>&
   std::map<std::string, torch::Tensor> by_name(state.begin(), state.end());
   auto take = [&](const std::string& key, torch::Tensor& dst) {
     auto it = by_name.find(key);
-    if (it == by_name.end()) throw std::runtime_error("optimizer state has no entry '" + key + "'");
+    if (it == by_name.end()) throw CheckpointError("optimizer state has no entry '" + key + "'");
     if (it->second.sizes() != dst.sizes())
-      throw std::runtime_error("optimizer state '" + key + "' has the wrong shape");
+      throw CheckpointError("optimizer state '" + key + "' has the wrong shape");
     dst.copy_(it->second);
   };
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -1,44 +1,16 @@
 #include "train/run_dir.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cstring>
 #include <sstream>
 
-#include "checkpoint/posix_io.h"
 #include "monitor/tensorboard_writer.h"
+#include "util/fs.h"
 
 namespace keel {
-
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot create " + tmp + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(err) +
-                               (err == ENOSPC ? " (disk full)" : ""));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot flush " + tmp + ": " + std::strerror(errno));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
-}
 
 RunDir::RunDir(const Config& config, bool resuming, bool writer)
     : path_(config.run.out_dir + "/" + config.run.name), writer_(writer), tensorboard_(config.run.tensorboard) {
   // POSIX calls rather than std::filesystem: libtorch.so exports its own
-  // std::filesystem symbols, which our calls would bind to (posix_io.h).
+  // std::filesystem symbols, which our calls would bind to (util/fs.h).
   if (writer_) {
     try {
       const bool exists = is_directory(path_) && !list_directory(path_).empty();

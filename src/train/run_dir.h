@@ -9,15 +9,10 @@
 #include <string>
 
 #include "config/config.h"
+#include "util/error.h"
 #include "util/log.h"
 
 namespace keel {
-
-// Thrown for a run directory that may not be used; the CLI exits with 2.
-class RunDirError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 class TensorBoardWriter;
 
@@ -54,7 +49,5 @@ class RunDir {
   void tensorboard_append(const nlohmann::json& record);
 };
 
-// Writes `text` to path via a temporary file, fsync and rename.
-void write_file_atomic(const std::string& path, const std::string& text);
 
 }  // namespace keel

@@ -1,6 +1,6 @@
 // The learning rate as a pure function of the step, so a resumed run needs
-// nothing but the step to continue the schedule (REFERENCE.md §8: LibTorch's
-// schedulers cannot be serialised).
+// nothing but the step to continue the schedule (LibTorch's schedulers cannot
+// be serialised: docs/reference.md#libtorch-notes).
 #pragma once
 
 #include "config/config.h"

@@ -7,10 +7,10 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #endif
 
-#include "checkpoint/checkpoint_error.h"
 #include "checkpoint/checkpoint_store.h"
-#include "checkpoint/posix_io.h"
 #include "checkpoint/safetensors.h"
+#include "util/error.h"
+#include "util/fs.h"
 
 namespace keel {
 
@@ -96,7 +96,7 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
                      write_safetensors(p, state.rng.empty() ? local_rng_state() : state.rng);
                    }});
   // std::filesystem is avoided: libtorch.so exports its own copies of its
-  // functions, which our calls bind to (see checkpoint/posix_io.h).
+  // functions, which our calls bind to (see util/fs.h).
   if (!tokenizer_path.empty() && path_exists(tokenizer_path)) {
     files.push_back({"tokenizer.model", [&](const std::string& p) {
                        write_file_durably(p, read_small_file(tokenizer_path));

@@ -1,12 +1,13 @@
-// Trainer: checkpoints and resume (REFERENCE.md §9).
+// Trainer: checkpoints and resume (docs/reference.md#checkpoint-and-resume).
+#include <chrono>
 #include <cstring>
 #include <sstream>
 
-#include "checkpoint/checkpoint_error.h"
 #include "checkpoint/checkpoint_store.h"
-#include "checkpoint/posix_io.h"
 #include "train/train_state.h"
 #include "train/trainer_impl.h"
+#include "util/error.h"
+#include "util/fs.h"
 #include "util/log.h"
 
 namespace keel {
@@ -36,7 +37,7 @@ void Trainer::resume_from_checkpoint(const std::string& dir) {
                       "data or optimisation (start a new run instead):" + list);
   }
   for (const auto& d : diff.allowed) run_->log->info("resume: config change allowed: " + d);
-  TrainState state = load_training_checkpoint(dir, model_, optimizer_.get(), nullptr, dist_->rank());
+  TrainState state = load_training_checkpoint(dir, parts_.model, parts_.optimizer.get(), nullptr, dist_->rank());
   start_step_ = state.step;
   // The global batch and the data order depend on the step alone, and model
   // and optimizer state are the same on every rank, so a different world size
@@ -48,26 +49,29 @@ void Trainer::resume_from_checkpoint(const std::string& dir) {
     run_->log->warn(strf("resuming a run saved by %d rank(s) on %d: same global batch and data order%s", saved_world,
                          dist_->world(), dist_->world() > saved_world ? "; new ranks get seeded generators" : ""));
   last_saved_step_ = state.step;
+  // Each component restores its own part.
   const auto& extra = state.extra;
-  if (extra.contains("best_val_loss") && extra["best_val_loss"].is_number())
-    best_val_loss_ = extra["best_val_loss"].get<double>();
-  if (extra.contains("initial_loss") && extra["initial_loss"].is_number())
-    initial_loss_ = extra["initial_loss"].get<double>();
+  evaluator_->load_state(extra);
+  metrics_->load_state(extra);
   if (extra.contains("nonfinite_steps")) {
     nonfinite_seen_ = extra["nonfinite_steps"].get<int64_t>();
-    nonfinite_count_.fill_(static_cast<double>(nonfinite_seen_));
+    counters_->set_nonfinite_steps(nonfinite_seen_);
   }
-  if (extra.contains("stability")) stability_->load_state(extra["stability"]);
-  if (extra.contains("max_attn_logit_per_layer"))
-    max_attn_logit_ = extra["max_attn_logit_per_layer"].get<std::vector<double>>();
+  if (extra.contains("stability")) {
+    nlohmann::json stability = extra["stability"];
+    // Checkpoints of older keel kept the attention maxima beside the monitor's state.
+    if (!stability.contains("max_attn_logit_per_layer") && extra.contains("max_attn_logit_per_layer"))
+      stability["max_attn_logit_per_layer"] = extra["max_attn_logit_per_layer"];
+    stability_->load_state(stability);
+  }
   if (extra.contains("spike_skips")) spike_skips_ = extra["spike_skips"].get<int64_t>();
-  truncate_metrics_after(start_step_);
+  truncate_logs_after(start_step_);
   run_->log->info(strf("resumed from %s at step %lld", dir.c_str(), static_cast<long long>(start_step_)));
 }
 
 // A run that crashed after its last checkpoint logged steps it will now
 // redo; drop them so metrics.jsonl has each step once.
-void Trainer::truncate_metrics_after(int64_t step) {
+void Trainer::truncate_logs_after(int64_t step) {
   if (!run_->writer()) return;
   const std::string path = run_->file("metrics.jsonl");
   if (!path_exists(path)) return;
@@ -93,26 +97,23 @@ void Trainer::truncate_metrics_after(int64_t step) {
   write_file_atomic(spikes, kept_spikes);
 }
 
-// Gradient L2 norm of each block ("blocks.N.*") and of everything else
-// (embedding, final norm, head), before clipping.
 void Trainer::save_checkpoint(int64_t steps_done) {
   if (steps_done == last_saved_step_) return;
   TrainState state;
   state.step = steps_done;
-  state.tokens = steps_done * global_batch_ * seq_len_;
-  state.extra = {{"best_val_loss", std::isfinite(best_val_loss_) ? nlohmann::json(best_val_loss_) : nlohmann::json()},
-                 {"initial_loss", std::isnan(initial_loss_) ? nlohmann::json() : nlohmann::json(initial_loss_)},
-                 {"nonfinite_steps", nonfinite_seen_},
+  state.tokens = steps_done * geometry_.tokens_per_step();
+  state.extra = {{"nonfinite_steps", nonfinite_seen_},
                  {"stability", stability_->state()},
-                 {"max_attn_logit_per_layer", max_attn_logit_},
                  {"spike_skips", spike_skips_},
                  {"world_size", dist_->world()}};
+  evaluator_->save_state(state.extra);
+  metrics_->save_state(state.extra);
   state.rng = gather_rng_states();
-  auto t0 = Clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   std::string dir;
   std::vector<std::string> removed;
   if (rank0()) {  // rank 0 alone writes; the others wait at the barrier below
-    dir = save_training_checkpoint(run_->path(), cfg_, model_, optimizer_.get(), state, tokenizer_path_);
+    dir = save_training_checkpoint(run_->path(), cfg_, parts_.model, parts_.optimizer.get(), state, tokenizer_path_);
     removed = CheckpointStore(run_->path()).prune(cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every);
   }
   if (dist_->distributed()) {
@@ -122,7 +123,8 @@ void Trainer::save_checkpoint(int64_t steps_done) {
     dist_->barrier("the checkpoint barrier");
   }
   last_saved_step_ = steps_done;
-  run_->log->info(strf("checkpoint %s (%.2f s)%s", dir.c_str(), seconds_since(t0),
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  run_->log->info(strf("checkpoint %s (%.2f s)%s", dir.c_str(), seconds,
                        removed.empty() ? "" : strf(", pruned %zu", removed.size()).c_str()));
 }
 

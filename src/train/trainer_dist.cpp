@@ -1,4 +1,4 @@
-// Trainer: data parallelism (REFERENCE.md §8, "Data parallel"). Every rank
+// Trainer: data parallelism (docs/reference.md#libtorch-notes, "Data parallel"). Every rank
 // builds the same model from the same seed, rank 0's parameters are broadcast
 // and checked equal, each rank takes a disjoint share of every global batch
 // (BatchLoader's rank/world split), and gradients are averaged by GradSync's
@@ -6,30 +6,15 @@
 // step are agreed by all ranks (trainer.cpp's loop).
 #include <cstring>
 
-#include "checkpoint/checkpoint_error.h"
 #include "config/config.h"
-#include "data/data_error.h"
 #include "train/run_dir.h"
 #include "train/train_state.h"
 #include "train/trainer_impl.h"
+#include "util/error.h"
+#include "util/hashing.h"
+#include "util/text.h"
 
 namespace keel {
-
-namespace {
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-std::string hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-}  // namespace
 
 // Runs one setup phase on every rank and agrees on its outcome: if any rank
 // failed, every rank stops with that rank's message and exit code instead of
@@ -40,18 +25,8 @@ void Trainer::collective_phase(const std::function<void()>& fn) {
   int code = 1;
   try {
     fn();
-  } catch (const ConfigError& e) {
-    error = std::current_exception(), message = e.what(), code = 2;
-  } catch (const DataError& e) {
-    error = std::current_exception(), message = e.what(), code = 2;
-  } catch (const CheckpointError& e) {
-    error = std::current_exception(), message = e.what(), code = 2;
-  } catch (const RunDirError& e) {
-    error = std::current_exception(), message = e.what(), code = 2;
-  } catch (const DistError& e) {
-    error = std::current_exception(), message = e.what(), code = 2;
   } catch (const std::exception& e) {
-    error = std::current_exception(), message = e.what(), code = 1;
+    error = std::current_exception(), message = e.what(), code = exit_code_of(e);
   }
   if (message.empty() && error) message = "unknown error";
   dist_->agree_on_setup(message, code);
@@ -76,8 +51,8 @@ void Trainer::check_config_matches_rank0() {
       std::string keys;
       for (const auto& d : diff.refused) keys += "\n  " + d;
       for (const auto& d : diff.allowed) keys += "\n  " + d;
-      problems += "rank " + std::to_string(r) + "'s resolved config (hash " + hex(fnv1a(all[r])) +
-                  ") differs from rank 0's (hash " + hex(fnv1a(all[0])) + "); rank 0 -> rank " +
+      problems += "rank " + std::to_string(r) + "'s resolved config (hash " + hex64(fnv1a64(all[r])) +
+                  ") differs from rank 0's (hash " + hex64(fnv1a64(all[0])) + "); rank 0 -> rank " +
                   std::to_string(r) + ":" + keys + "\n";
     }
     if (!problems.empty())
@@ -88,7 +63,7 @@ void Trainer::check_config_matches_rank0() {
 void Trainer::setup_data_parallel() {
   if (!dist_->distributed()) return;
   std::vector<torch::Tensor> params;
-  for (const auto& p : optimizer_->params())
+  for (const auto& p : parts_.optimizer->params())
     if (p.param.requires_grad()) params.push_back(p.param);
   grad_sync_ = std::make_unique<GradSync>(params, *dist_, cfg_.dist.bucket_mb, cfg_.dist.overlap);
   broadcast_parameters();
@@ -98,8 +73,8 @@ void Trainer::setup_data_parallel() {
 void Trainer::broadcast_parameters() {
   const bool equal_before = replicas_identical();
   std::vector<torch::Tensor> tensors;
-  for (auto& p : model_->parameters(true)) tensors.push_back(p);
-  for (auto& b : model_->buffers(true)) tensors.push_back(b);
+  for (auto& p : parts_.model->parameters(true)) tensors.push_back(p);
+  for (auto& b : parts_.model->buffers(true)) tensors.push_back(b);
   dist_->broadcast(tensors, 0, "the parameter broadcast");
   if (!replicas_identical())
     throw PeerFailure("parameters still differ between ranks after the broadcast from rank 0");
@@ -113,7 +88,7 @@ bool Trainer::replicas_identical() {
   if (!dist_->distributed()) return true;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> parts;
-  for (auto& p : model_->parameters(true)) {
+  for (auto& p : parts_.model->parameters(true)) {
     auto d = p.detach().to(torch::kFloat64);
     parts.push_back(d.sum());
     parts.push_back((d * d).sum());

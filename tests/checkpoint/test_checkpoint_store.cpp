@@ -14,14 +14,14 @@
 
 #include "checkpoint/checkpoint_store.h"
 #include "checkpoint/install_dir.h"
-#include "checkpoint/posix_io.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint_test_util.h"
 #include "test_util.h"
+#include "util/fs.h"
 
 namespace {
 
-// POSIX helpers (keel/checkpoint/posix_io.h) rather than std::filesystem:
+// POSIX helpers (src/util/fs.h) rather than std::filesystem:
 // libtorch.so exports its own std::filesystem functions, and remove_all
 // through it crashes.
 using keel::is_directory;

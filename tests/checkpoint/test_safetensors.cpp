@@ -11,10 +11,10 @@
 #include <functional>
 #include <iterator>
 
-#include "checkpoint/posix_io.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint_test_util.h"
 #include "test_util.h"
+#include "util/fs.h"
 
 namespace {
 

@@ -6,10 +6,10 @@
 #include <unistd.h>
 
 #include "data/corpus_reader.h"
-#include "data/data_error.h"
 #include "data/sources.h"
 #include "data/utf8.h"
 #include "test_data_util.h"
+#include "util/error.h"
 
 using namespace keel;
 using namespace keel_test;

@@ -13,14 +13,14 @@
 #include <vector>
 
 #include "config/config.h"
-#include "data/fs_util.h"
 #include "data/prepare.h"
 #include "test_util.h"
+#include "util/fs.h"
 
 namespace keel_test {
 
 inline void write_text(const std::string& path, const std::string& content) {
-  keel::data_fs::make_dirs(keel::data_fs::parent_of(path));
+  keel::ensure_directory(keel::dir_name(path));
   std::ofstream out(path, std::ios::binary);
   out << content;
   if (!out) throw std::runtime_error("cannot write " + path);
@@ -31,9 +31,8 @@ inline void append_text(const std::string& path, const std::string& content) {
   out << content;
 }
 
-// Not std::filesystem: libtorch.so interposes some of it (see src/data/fs_util.h).
-inline bool exists(const std::string& path) { return keel::data_fs::kind_of(path) != keel::data_fs::Kind::missing; }
-inline int64_t file_size(const std::string& path) { return keel::data_fs::file_bytes(path); }
+// Not std::filesystem: libtorch.so interposes some of it (see src/util/fs.h).
+inline bool exists(const std::string& path) { return keel::path_kind(path) != keel::PathKind::missing; }
 inline void truncate_file(const std::string& path, int64_t size) {
   if (::truncate(path.c_str(), size) != 0) throw std::runtime_error("truncate failed for " + path);
 }
@@ -44,7 +43,7 @@ inline std::string read_bytes(const std::string& path) {
 }
 
 inline void write_gzip(const std::string& path, const std::string& content) {
-  keel::data_fs::make_dirs(keel::data_fs::parent_of(path));
+  keel::ensure_directory(keel::dir_name(path));
   gzFile f = gzopen(path.c_str(), "wb");
   if (!f || gzwrite(f, content.data(), static_cast<unsigned>(content.size())) != static_cast<int>(content.size()))
     throw std::runtime_error("gzwrite failed for " + path);

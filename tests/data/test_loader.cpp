@@ -8,11 +8,11 @@
 #include <set>
 #include <thread>
 
-#include "data/data_error.h"
 #include "data/loader.h"
 #include "data/permutation.h"
 #include "data/token_stream.h"
 #include "test_data_util.h"
+#include "util/error.h"
 
 using namespace keel;
 using namespace keel_test;

@@ -7,11 +7,11 @@
 #include <sys/stat.h>
 #include <set>
 
-#include "data/data_error.h"
 #include "data/manifest.h"
 #include "data/token_stream.h"
 #include "data/tokenizer.h"
 #include "test_data_util.h"
+#include "util/error.h"
 
 using namespace keel;
 using namespace keel_test;
@@ -56,8 +56,8 @@ void expect_contains(const std::string& text, const std::string& part) {
 
 // No "<dir>.tmp-*" or "<dir>.old-*" left beside `dir`.
 void expect_no_leftovers(const std::string& dir) {
-  const std::string base = data_fs::base_of(dir);
-  for (const auto& name : data_fs::list_dir(data_fs::parent_of(dir))) {
+  const std::string base = base_name(dir);
+  for (const auto& name : list_directory(dir_name(dir))) {
     EXPECT_NE(name.rfind(base + ".tmp-", 0), 0u) << "left behind: " << name;
     EXPECT_NE(name.rfind(base + ".old-", 0), 0u) << "left behind: " << name;
   }
@@ -195,7 +195,7 @@ TEST(Prepare, BadInputLeavesNothingThatLooksPrepared) {
   expect_no_leftovers(c.data.dir);
 
   // A directory killed mid-run leaves "<dir>.tmp-*"; the next run removes it.
-  data_fs::make_dirs(c.data.dir + ".tmp-ABC123");
+  ensure_directory(c.data.dir + ".tmp-ABC123");
   write_text(root + "/b.txt", "fine\n");
   prepare_quietly(c);
   EXPECT_TRUE(has_data_manifest(c.data.dir));
@@ -291,7 +291,7 @@ TEST(EnsurePrepared, DetectsDamagedShards) {
     f.put('\x7f');
   }
   expect_contains(error_of([&] { verify_prepared(c.data.dir); }), shard + ": checksum mismatch");
-  truncate_file(shard, file_size(shard) - 2);
+  truncate_file(shard, static_cast<int64_t>(keel::file_size(shard)) - 2);
   expect_contains(error_of([&] { ensure_prepared(c, quiet); }), shard + ": size mismatch");
   expect_contains(error_of([&] { prepare_quietly(c); }), shard + ": size mismatch");
   EXPECT_TRUE(prepare_quietly(c, /*force=*/true).built);

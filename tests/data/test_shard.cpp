@@ -4,9 +4,9 @@
 
 #include <fstream>
 
-#include "data/data_error.h"
 #include "data/shard.h"
 #include "test_data_util.h"
+#include "util/error.h"
 
 using namespace keel;
 using namespace keel_test;
@@ -58,7 +58,7 @@ TEST(Shard, RoundTripUint16) {
   EXPECT_EQ(r.header().vocab_size, 4096u);
   EXPECT_EQ(r.size(), 300000);
   EXPECT_NO_THROW(r.verify());
-  EXPECT_EQ(file_size(dir + "/a.bin"), 64 + 2 * 300000);
+  EXPECT_EQ(keel::file_size(dir + "/a.bin"), 64u + 2u * 300000u);
   std::vector<int64_t> back(ids.size());
   r.read(0, r.size(), back.data());
   for (size_t i = 0; i < ids.size(); ++i) ASSERT_EQ(back[i], ids[i]) << i;

@@ -2,11 +2,11 @@
 // ids, and clear errors for vocab sizes the corpus cannot support.
 #include <gtest/gtest.h>
 
-#include "data/data_error.h"
 #include "data/sources.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_train.h"
 #include "test_data_util.h"
+#include "util/error.h"
 
 using namespace keel;
 using namespace keel_test;

@@ -14,9 +14,10 @@
 #include "interop/hf_config.h"
 #include "interop/hf_mapping.h"
 #include "interop/hf_tokenizer.h"
-#include "interop/interop_error.h"
+#include "model/feature_configs.h"
 #include "model/init.h"
 #include "test_util.h"
+#include "util/error.h"
 
 using namespace keel;
 
@@ -159,6 +160,39 @@ TEST(HfMapping, EveryOtherModelKeyIsRefusedOffItsDefault) {
   EXPECT_TRUE(hf_mapping_reads("model.qk_norm.position"));
   EXPECT_FALSE(hf_mapping_reads("model.some_future_stabiliser"));
   std::cout << checked << " unmapped model keys checked\n";
+}
+
+// Every shared feature config (tests/model/feature_configs.h) either maps to
+// a class whose tensors cover the model exactly once, or is refused naming
+// config keys: a new knob is exported or refused, never silently dropped
+// (EveryOtherModelKeyIsRefusedOffItsDefault checks the naming key by key).
+TEST(HfMapping, EveryFeatureConfigMapsOrIsRefusedByName) {
+  int mapped = 0, refused = 0;
+  for (const auto& f : keel_model_test::feature_configs()) {
+    SCOPED_TRACE(f.name);
+    const ModelConfig m = f.config();
+    HfFamily family = HfFamily::llama;
+    const ConfigErrors e = hf_export_refusals(m, &family);
+    if (!e.empty()) {
+      ++refused;
+      Config c;
+      c.model = m;
+      Schema s = make_schema(c);
+      for (const auto& key : refused_keys(m)) EXPECT_NE(s.find(key), nullptr) << key << " is not a config key";
+      continue;
+    }
+    ++mapped;
+    auto model = build_model(m, 1);
+    auto params = model->named_parameters(true);
+    std::set<std::string> exported;
+    for (const auto& n : hf_tensor_names(m, family)) {
+      ASSERT_NE(params.find(n.keel), nullptr) << n.keel;
+      EXPECT_TRUE(exported.insert(n.keel).second) << n.keel;
+    }
+    EXPECT_EQ(exported.size(), params.size()) << "a parameter is not exported";
+  }
+  EXPECT_GT(mapped, 10);
+  EXPECT_GT(refused, 10);
 }
 
 // Every keel name exists in the built model with the shape the Hugging Face

@@ -9,9 +9,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "checkpoint/posix_io.h"
 #include "monitor/tensorboard_writer.h"
 #include "test_util.h"
+#include "util/fs.h"
 
 namespace {
 

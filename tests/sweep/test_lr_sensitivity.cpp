@@ -1,4 +1,5 @@
-// LR sensitivity (Wortsman et al. 2023, REFERENCE.md §6) on hand-made tables.
+// LR sensitivity (Wortsman et al. 2023, docs/reference.md#small-scale-proxies-and-lr-sensitivity)
+// on hand-made tables.
 #include <gtest/gtest.h>
 
 #include <cmath>

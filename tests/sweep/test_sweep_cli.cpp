@@ -16,8 +16,8 @@
 #include <sstream>
 #include <thread>
 
-#include "checkpoint/posix_io.h"
 #include "test_util.h"
+#include "util/fs.h"
 
 using keel_test::read_file;
 using keel_test::run_keel;

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 
-#include "checkpoint/posix_io.h"
 #include "sweep/sweep_manifest.h"
 #include "sweep/sweep_spec.h"
 #include "test_util.h"
+#include "util/fs.h"
 
 namespace {
 

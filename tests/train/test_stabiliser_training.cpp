@@ -7,9 +7,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/posix_io.h"
 #include "checkpoint/safetensors.h"
 #include "test_util.h"
+#include "util/fs.h"
 
 using keel_test::run_keel;
 

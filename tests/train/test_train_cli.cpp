@@ -15,8 +15,8 @@
 #include <random>
 #include <thread>
 
-#include "checkpoint/posix_io.h"
 #include "test_util.h"
+#include "util/fs.h"
 
 using keel_test::run_keel;
 

@@ -1,17 +1,19 @@
-#include "checkpoint/posix_io.h"
+#include "util/fs.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "checkpoint/checkpoint_error.h"
 
 namespace keel {
 
@@ -36,7 +38,7 @@ const char* errno_hint(int err) {
 }
 
 [[noreturn]] void fail(const std::string& path, const std::string& what, int err) {
-  throw checkpoint_error(path, what + ": " + errno_text(err));
+  throw FileError(path + ": " + what + ": " + errno_text(err));
 }
 
 // open(2) that retries on EINTR.
@@ -118,7 +120,7 @@ InputFile::InputFile(const std::string& path) : path_(path) {
   if (!S_ISREG(st.st_mode)) {
     ::close(fd_);
     fd_ = -1;
-    throw checkpoint_error(path, "not a regular file");
+    throw FileError(path + ": not a regular file");
   }
   size_ = static_cast<uint64_t>(st.st_size);
 }
@@ -136,7 +138,7 @@ void InputFile::read_at(void* data, size_t size, uint64_t offset) {
       fail(path_, "read at byte " + std::to_string(offset) + " failed", errno);
     }
     if (n == 0)
-      throw checkpoint_error(path_, "unexpected end of file at byte " + std::to_string(offset) +
+      throw FileError(path_ + ": unexpected end of file at byte " + std::to_string(offset) +
                                         " (file truncated while reading?)");
     p += n;
     size -= static_cast<size_t>(n);
@@ -153,18 +155,31 @@ void write_file_durably(const std::string& path, const std::string& content) {
   f.close();
 }
 
+void write_file_atomic(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  try {
+    write_file_durably(tmp, content);
+    rename_path(tmp, path);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  fsync_dir(dir_name(path));
+}
+
 std::string read_small_file(const std::string& path, uint64_t max_size) {
   InputFile f(path);
   if (f.size() > max_size)
-    throw checkpoint_error(path, "file is " + std::to_string(f.size()) + " bytes, more than the " +
+    throw FileError(path + ": file is " + std::to_string(f.size()) + " bytes, more than the " +
                                      std::to_string(max_size) + " expected");
   std::string text(f.size(), '\0');
   f.read_at(text.data(), text.size(), 0);
   return text;
 }
 
-void fsync_file(const std::string& path) {
-  int fd = open_checked(path, O_RDONLY, "cannot open file to fsync it");
+namespace {
+void fsync_path(const std::string& path, int flags, const char* what) {
+  int fd = open_checked(path, O_RDONLY | flags, what);
   try {
     fsync_fd(fd, path);
   } catch (...) {
@@ -173,22 +188,16 @@ void fsync_file(const std::string& path) {
   }
   ::close(fd);
 }
+}  // namespace
 
-void fsync_dir(const std::string& dir) {
-  int fd = open_checked(dir, O_RDONLY | O_DIRECTORY, "cannot open directory to fsync it");
-  try {
-    fsync_fd(fd, dir);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
-}
+void fsync_file(const std::string& path) { fsync_path(path, 0, "cannot open file to fsync it"); }
+
+void fsync_dir(const std::string& dir) { fsync_path(dir, O_DIRECTORY, "cannot open directory to fsync it"); }
 
 void ensure_directory(const std::string& dir) {
   struct stat st;
   if (::stat(dir.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) throw checkpoint_error(dir, "exists but is not a directory");
+    if (!S_ISDIR(st.st_mode)) throw FileError(dir + ": exists but is not a directory");
     return;
   }
   const std::string parent = dir_name(dir);
@@ -220,7 +229,7 @@ FileDigest digest_file(const std::string& path) {
 uint64_t file_size(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) fail(path, "cannot stat file", errno);
-  if (!S_ISREG(st.st_mode)) throw checkpoint_error(path, "not a regular file");
+  if (!S_ISREG(st.st_mode)) throw FileError(path + ": not a regular file");
   return static_cast<uint64_t>(st.st_size);
 }
 
@@ -270,7 +279,43 @@ std::vector<std::string> list_directory(const std::string& dir) {
   int err = errno;
   ::closedir(d);
   if (err != 0) fail(dir, "cannot list directory", err);
+  std::sort(names.begin(), names.end());
   return names;
+}
+
+void remove_tree_best_effort(const std::string& path) {
+  if (path.empty()) return;
+  auto remove_one = [](const char* p, const struct stat*, int type, struct FTW*) -> int {
+    (type == FTW_DP ? ::rmdir(p) : ::unlink(p));
+    return 0;  // keep going
+  };
+  ::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void fsync_dir_best_effort(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+PathKind path_kind(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return PathKind::missing;
+  if (S_ISREG(st.st_mode)) return PathKind::file;
+  if (S_ISDIR(st.st_mode)) return PathKind::directory;
+  return PathKind::other;
+}
+
+std::string real_path(const std::string& path) {
+  char buf[PATH_MAX];
+  return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
+}
+
+std::string current_dir() {
+  char buf[PATH_MAX];
+  return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string(".");
 }
 
 namespace {

@@ -3,9 +3,9 @@
 // never change (it decides which documents are held out).
 #include <gtest/gtest.h>
 
-#include "data/hashing.h"
 #include "data/split.h"
-#include "test_data_util.h"
+#include "data/test_data_util.h"
+#include "util/hashing.h"
 
 using namespace keel;
 

@@ -1,8 +1,13 @@
-// Checked POSIX file operations for the checkpoint code. Every call that can
-// fail throws CheckpointError "path: what failed: strerror (errno N); hint",
-// so a full disk or a read-only mount reads as such and not as a corrupt
-// checkpoint later. Durability needs fsync on the file AND on the directory
-// holding its name (REFERENCE.md §9); these helpers make both one-liners.
+// keel's one file layer, on POSIX calls. Every function that can fail throws
+// FileError "path: what failed: strerror (errno N); hint", so a full disk or
+// a read-only mount reads as such and not as corrupt data later; the few
+// that may not fail say so in their name (..._best_effort). Durability needs
+// fsync on the file AND on the directory holding its name
+// (docs/reference.md#checkpoint-and-resume); these helpers make both one-liners.
+//
+// Not std::filesystem: libtorch.so exports its own copies of many
+// std::filesystem functions, which then interpose on libstdc++'s, and some
+// (remove_all at least) crash when called through it.
 #pragma once
 
 #include <cstddef>
@@ -10,7 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "util/error.h"
+
 namespace keel {
+
+// A file or directory could not be read, written, created or removed.
+class FileError : public Error {
+ public:
+  explicit FileError(const std::string& message) : Error(message, "file error") {}
+};
 
 // "strerror(err) (errno N)" plus a hint for the errors a user can fix
 // (ENOSPC, EDQUOT, EROFS, EACCES, ...).
@@ -59,6 +72,10 @@ class InputFile {
 
 // Writes `content` to `path` and fsyncs it.
 void write_file_durably(const std::string& path, const std::string& content);
+// Replaces `path` all at once: a temporary file beside it (removed again on
+// failure), fsync, rename, fsync of the directory. Readers see the old or the
+// new content, never a part.
+void write_file_atomic(const std::string& path, const std::string& content);
 // Whole file as a string (for small files such as manifests).
 std::string read_small_file(const std::string& path, uint64_t max_size = 64u << 20);
 // fsync an existing file (written by someone else, e.g. a callback).
@@ -76,8 +93,10 @@ struct FileDigest {
 FileDigest digest_file(const std::string& path);
 // Size of a regular file; throws (with errno text) if it is missing.
 uint64_t file_size(const std::string& path);
-bool path_exists(const std::string& path);
+bool path_exists(const std::string& path);  // lstat: a dangling symlink exists
 bool is_directory(const std::string& path);
+enum class PathKind { missing, file, directory, other };
+PathKind path_kind(const std::string& path);  // follows symlinks
 // rename(2), checked.
 void rename_path(const std::string& from, const std::string& to);
 // unlink(2), checked.
@@ -86,10 +105,16 @@ void remove_file(const std::string& path);
 // std::filesystem::remove_all: libtorch.so exports its own copies of the
 // std::filesystem functions, and calling remove_all through it crashes.
 void remove_tree(const std::string& path);
-// Names in a directory, without "." and "..", in no particular order.
+// rm -rf that never throws (cleaning up after a failure): what it cannot remove stays.
+void remove_tree_best_effort(const std::string& path);
+// fsync a directory, ignoring errors (a name whose durability is a bonus).
+void fsync_dir_best_effort(const std::string& dir);
+// Names in a directory, without "." and "..", sorted bytewise.
 std::vector<std::string> list_directory(const std::string& dir);
 // "a/b/c" -> "c" and "a/b"; "c" -> "c" and ".". Trailing slashes ignored.
 std::string base_name(const std::string& path);
 std::string dir_name(const std::string& path);
+std::string real_path(const std::string& path);  // realpath(3), or `path` if that fails
+std::string current_dir();
 
 }  // namespace keel

@@ -1,4 +1,4 @@
-#include "data/hashing.h"
+#include "util/hashing.h"
 
 #include <zlib.h>
 
@@ -10,7 +10,7 @@
 #include <limits>
 #include <memory>
 
-#include "data/data_error.h"
+#include "util/error.h"
 
 namespace keel {
 

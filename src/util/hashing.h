@@ -1,4 +1,4 @@
-// Hashes used by the data pipeline, each chosen for one job:
+// Hashes, each chosen for one job:
 //   fnv1a64   document identity for the train/val split (stable, portable,
 //             no seed: a document's split never depends on the run)
 //   crc32     shard payload checksum (zlib; catches truncation and bit flips)

@@ -1,0 +1,111 @@
+#include "train/metrics_logger.h"
+
+#include "util/log.h"
+#include "util/text.h"
+
+namespace keel {
+
+MetricsLogger::MetricsLogger(const Config& cfg, RunDir& run, const BatchGeometry& geometry, const ModelSize& size,
+                             const ComputeSetup& compute, int world)
+    : cfg_(cfg), run_(run), geometry_(geometry), size_(size), compute_(compute), world_(world) {}
+
+void MetricsLogger::start(int64_t start_step) {
+  start_step_ = start_step;
+  run_start_ = interval_start_ = Clock::now();
+}
+
+double MetricsLogger::elapsed_s() const { return std::chrono::duration<double>(Clock::now() - run_start_).count(); }
+
+void MetricsLogger::step_done(double loader_wait_ms, double comm_wait_ms) {
+  ++interval_steps_;
+  loader_wait_ms_ += loader_wait_ms;
+  comm_wait_ms_ += comm_wait_ms;
+}
+
+void MetricsLogger::add_spikes(const nlohmann::json& events) {
+  for (const auto& e : events) spikes_.push_back(e);
+}
+
+MetricsLogger::Interval MetricsLogger::close_interval() {
+  const auto now = Clock::now();
+  Interval i{interval_steps_, std::chrono::duration<double>(now - interval_start_).count(), loader_wait_ms_,
+             comm_wait_ms_};
+  interval_steps_ = 0;
+  loader_wait_ms_ = comm_wait_ms_ = 0;
+  return i;
+}
+
+void MetricsLogger::log(const StepPlan& plan, const Interval& in, const DeviceCounters::Values& c,
+                        const StepReport& r, std::optional<double> val_loss, const nlohmann::json& spike_score) {
+  const int64_t step = plan.step;
+  const double n = static_cast<double>(in.steps);
+  const double loss = c.loss_sum / std::max(1.0, n), z = c.z_sum / std::max(1.0, n);
+  last_loss_ = loss;
+  if (std::isnan(initial_loss_)) initial_loss_ = loss;
+  const double tok_s = in.steps > 0 ? static_cast<double>(geometry_.tokens_per_step()) * n / in.seconds : 0;
+  const double step_ms = in.steps > 0 ? in.seconds * 1e3 / n : 0;
+  const double mfu = compute_.peak_flops > 0 ? size_.flops_per_token * tok_s / (compute_.peak_flops * world_) : 0;
+  if (in.steps > 0) {
+    tokens_per_s_sum_ += tok_s;
+    ++tokens_per_s_n_;
+  }
+  const double elapsed = elapsed_s();
+  const int64_t done = step - start_step_;
+  const double eta = done > 0 ? elapsed / done * static_cast<double>(cfg_.train.max_steps - step) : NAN;
+
+  nlohmann::json rec = {{"step", step},
+                        {"tokens", step * geometry_.tokens_per_step()},
+                        {"loss", loss},
+                        {"lr", r.lr},
+                        {"grad_norm", c.grad_norm},
+                        {"tokens_per_s", tok_s},
+                        {"step_ms", step_ms},
+                        {"loader_wait_ms", in.steps > 0 ? in.loader_wait_ms / n : 0.0},
+                        {"mfu", mfu},
+                        {"elapsed_s", elapsed}};
+  // Host time blocked on gradient all-reduces: Gloo blocks; NCCL only orders
+  // the stream (the host runs ahead), so there it is near zero.
+  const double comm_ms = in.steps > 0 ? in.comm_wait_ms / n : 0;
+  if (world_ > 1) rec["comm_wait_ms"] = comm_ms;
+  if (cfg_.train.qk_clip_tau) rec["qk_clipped_heads"] = c.qk_clipped_heads;  // head-steps rescaled since the last record
+  if (cfg_.train.z_loss > 0) rec["z_loss"] = z;
+  if (std::isfinite(r.param_norm)) {
+    rec["param_norm"] = r.param_norm;
+    rec["update_ratio"] = r.update_ratio;
+  }
+  if (!r.layer_grad_norms.is_null()) rec["layer_grad_norms"] = r.layer_grad_norms;
+  if (!spikes_.empty()) rec["spikes"] = std::exchange(spikes_, nlohmann::json::array());
+  std::string monitor_text;
+  if (!r.stats.is_null()) {
+    rec["attn"] = r.stats["attn"];
+    rec["output"] = r.stats["output"];
+    monitor_text = strf(" | attn L0 max %.1f | logit max %.1f", r.stats["attn"][0]["max_logit"].get<double>(),
+                        r.stats["output"]["max_logit"].get<double>());
+  }
+  std::string val_text;
+  if (val_loss) {
+    rec["val_loss"] = *val_loss;
+    rec["val_ppl"] = std::exp(*val_loss);
+    rec["spike_score_percent"] = spike_score;  // OLMo 2, so far
+    val_text = strf(" | val %.4f (ppl %.1f)", *val_loss, std::exp(*val_loss));
+  }
+  run_.append_metrics(rec);
+  const std::string comm_text = world_ > 1 ? strf(" (comm wait %.1f)", comm_ms) : "";
+  run_.log->info(strf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %s tok/s | %.1f ms%s | MFU %.1f%%%s%s | "
+                      "%s < %s",
+                      static_cast<long long>(step), static_cast<long long>(cfg_.train.max_steps), loss, r.lr,
+                      c.grad_norm, si(tok_s).c_str(), step_ms, comm_text.c_str(), 100 * mfu, val_text.c_str(),
+                      monitor_text.c_str(), hms(elapsed).c_str(), hms(eta).c_str()));
+  interval_start_ = Clock::now();  // evaluation and logging count toward neither interval
+}
+
+void MetricsLogger::save_state(nlohmann::json& extra) const {
+  extra["initial_loss"] = std::isnan(initial_loss_) ? nlohmann::json() : nlohmann::json(initial_loss_);
+}
+
+void MetricsLogger::load_state(const nlohmann::json& extra) {
+  if (extra.contains("initial_loss") && extra["initial_loss"].is_number())
+    initial_loss_ = extra["initial_loss"].get<double>();
+}
+
+}  // namespace keel

@@ -1,0 +1,80 @@
+// The one logger of a training run: turns what a step reports into its
+// metrics.jsonl record (and TensorBoard scalars) and its progress line, and
+// keeps the running figures the summary needs. Owns the logging interval
+// (its wall time, steps, loader and communication waits).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include "config/config.h"
+#include "model/model_size.h"
+#include "train/device.h"
+#include "train/device_counters.h"
+#include "train/run_dir.h"
+#include "train/step_plan.h"
+#include "train/training_setup.h"
+
+namespace keel {
+
+// What a step hands the logger besides the device counters.
+struct StepReport {
+  double lr = 0;
+  nlohmann::json stats;              // monitor steps: collect_model_stats (attn, output)
+  double param_norm = NAN;           // logged steps: |W| after the update
+  double update_ratio = NAN;         // |dW| / |W|
+  nlohmann::json layer_grad_norms;   // monitor.layer_grad_norms on logged steps
+};
+
+class MetricsLogger {
+ public:
+  MetricsLogger(const Config& cfg, RunDir& run, const BatchGeometry& geometry, const ModelSize& size,
+                const ComputeSetup& compute, int world);
+
+  void start(int64_t start_step);  // the run's clock
+  // Every step: host time spent waiting for the batch and for the gradient all-reduces.
+  void step_done(double loader_wait_ms, double comm_wait_ms);
+  // Spike events of this interval, attached to the next record.
+  void add_spikes(const nlohmann::json& events);
+  // The logging interval ends: its wall time is taken now, before an
+  // evaluation runs, and the next starts when log() returns, so tokens/s
+  // measures training alone.
+  struct Interval {
+    int64_t steps = 0;
+    double seconds = 0, loader_wait_ms = 0, comm_wait_ms = 0;
+  };
+  Interval close_interval();
+  // The record of step plan.step; `val_loss` and `spike_score` on eval steps.
+  void log(const StepPlan& plan, const Interval& interval, const DeviceCounters::Values& counters,
+           const StepReport& report, std::optional<double> val_loss, const nlohmann::json& spike_score);
+
+  double last_loss() const { return last_loss_; }
+  double initial_loss() const { return initial_loss_; }
+  double mean_tokens_per_s() const { return tokens_per_s_n_ > 0 ? tokens_per_s_sum_ / tokens_per_s_n_ : 0.0; }
+  double elapsed_s() const;
+
+  void save_state(nlohmann::json& extra) const;  // initial_loss
+  void load_state(const nlohmann::json& extra);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  const Config& cfg_;
+  RunDir& run_;
+  BatchGeometry geometry_;
+  ModelSize size_;
+  ComputeSetup compute_;
+  int world_;
+  int64_t start_step_ = 0;
+  Clock::time_point run_start_, interval_start_;
+  int64_t interval_steps_ = 0;
+  double loader_wait_ms_ = 0, comm_wait_ms_ = 0;
+  nlohmann::json spikes_ = nlohmann::json::array();
+  double last_loss_ = NAN, initial_loss_ = NAN;
+  double tokens_per_s_sum_ = 0;
+  int64_t tokens_per_s_n_ = 0;
+};
+
+}  // namespace keel

@@ -1,0 +1,45 @@
+// What `keel train` and `keel bench` build alike from a config: how the global
+// batch splits over ranks and micro-batches, and the model with its optimizer
+// and step runner. One place, so that what bench times is what train runs.
+#pragma once
+
+#include <memory>
+
+#include "config/config.h"
+#include "model/model_size.h"
+#include "model/transformer.h"
+#include "train/device.h"
+#include "train/optimizer.h"
+#include "train/step_runner.h"
+
+namespace keel {
+
+// A global batch of `global_batch` sequences of `seq_len` tokens, split evenly
+// over `world` ranks, each rank's rows in `n_micro` micro-batches.
+struct BatchGeometry {
+  int64_t seq_len = 0;
+  int64_t global_batch = 0;   // sequences per optimizer step, all ranks together
+  int64_t rows_per_rank = 0;  // global_batch / world
+  int64_t micro_batch = 0;    // sequences per forward/backward
+  int64_t n_micro = 0;        // micro-batches per step on each rank
+  int64_t val_rows = 0;       // sequences per validation batch, all ranks together
+  int64_t tokens_per_step() const { return global_batch * seq_len; }
+};
+
+// From train.batch_size (or train.batch_tokens), train.micro_batch_size and
+// the world size. Throws ConfigError naming the key when the batch does not
+// split evenly.
+BatchGeometry batch_geometry(const Config& cfg, int world);
+
+struct TrainingParts {
+  ModelSize size;                      // counted on the built model
+  Transformer model{nullptr};
+  std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<StepRunner> runner;  // holds a reference to *optimizer
+};
+
+// The model from run.seed on the compute device, AdamW over its parameters,
+// and the StepRunner for micro-batches of geometry.micro_batch.
+TrainingParts build_training_parts(const Config& cfg, const ComputeSetup& compute, const BatchGeometry& geometry);
+
+}  // namespace keel

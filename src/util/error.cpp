@@ -1,0 +1,34 @@
+#include "util/error.h"
+
+#include <iostream>
+
+namespace keel {
+
+void ConfigErrors::add(const std::string& path, const std::string& message) {
+  items.push_back(path + ": " + message);
+}
+
+std::string ConfigErrors::joined() const {
+  std::string out;
+  for (const auto& item : items) out += "  error: " + item + "\n";
+  return out;
+}
+
+int exit_code_of(const std::exception& e) {
+  if (const auto* k = dynamic_cast<const Error*>(&e)) return k->exit_code();
+  return exit_code::internal;
+}
+
+int report_error(const std::exception& e) {
+  const auto* k = dynamic_cast<const Error*>(&e);
+  const std::string kind = k ? k->kind() : "error";
+  const std::string what = e.what();
+  // A multi-line message (every config problem) starts on its own line.
+  if (what.find('\n') != std::string::npos && what.back() == '\n')
+    std::cerr << "keel: " << kind << ":\n" << what;
+  else
+    std::cerr << "keel: " << kind << ": " << what << "\n";
+  return exit_code_of(e);
+}
+
+}  // namespace keel

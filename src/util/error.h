@@ -1,0 +1,114 @@
+// keel's errors. A failure whose fix is in the user's input (a config key, a
+// data file, a checkpoint, a run directory, a distributed setup, a Hugging
+// Face file) is a keel::Error that carries the exit code the process ends
+// with: 2 for bad input. main() turns any exception into a message and an
+// exit code in one place (report_error), and the data-parallel setup vote
+// uses the same codes (exit_code_of). Anything else is a bug in keel: exit 1.
+#pragma once
+
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace keel {
+
+namespace exit_code {
+constexpr int ok = 0;
+constexpr int internal = 1;   // a bug in keel, or a failure keel cannot attribute
+constexpr int bad_input = 2;  // config, data, checkpoint, run directory, setup: the message says what to fix
+constexpr int nonfinite = 3;  // training halted on a non-finite loss (train.nonfinite: halt)
+}  // namespace exit_code
+
+class Error : public std::runtime_error {
+ public:
+  // `kind` prefixes the message when it is printed: "keel: <kind>: <message>".
+  Error(const std::string& message, std::string kind, int exit_code = exit_code::bad_input)
+      : std::runtime_error(message), kind_(std::move(kind)), exit_code_(exit_code) {}
+  const std::string& kind() const noexcept { return kind_; }
+  int exit_code() const noexcept { return exit_code_; }
+
+ private:
+  std::string kind_;
+  int exit_code_;
+};
+
+// Every problem found in a config, one line each ("key.path: message").
+struct ConfigErrors {
+  std::vector<std::string> items;
+  void add(const std::string& path, const std::string& message);
+  bool empty() const { return items.empty(); }
+  std::string joined() const;
+};
+
+// A config that cannot run: all its problems at once.
+class ConfigError : public Error {
+ public:
+  explicit ConfigError(const ConfigErrors& errors)
+      : Error(errors.joined(), "invalid configuration"), errors_(errors) {}
+  const ConfigErrors& errors() const { return errors_; }
+
+ private:
+  ConfigErrors errors_;
+};
+
+// The data itself: missing or unreadable sources, malformed text, corrupted
+// shards, a tokenizer that does not match the config. Names the file and,
+// where it helps, the line or byte offset.
+class DataError : public Error {
+ public:
+  explicit DataError(const std::string& message) : Error(message, "data error") {}
+};
+inline DataError data_error(const std::string& path, const std::string& message) {
+  return DataError(path + ": " + message);
+}
+
+// Writing, reading or validating a checkpoint or safetensors file: names the
+// file, says what is wrong, with byte offsets and errno text where they help.
+class CheckpointError : public Error {
+ public:
+  explicit CheckpointError(const std::string& message) : Error(message, "checkpoint error") {}
+};
+inline CheckpointError checkpoint_error(const std::string& path, const std::string& message) {
+  return CheckpointError(path + ": " + message);
+}
+
+// A run or sweep directory that may not be used (exists, not ours, held).
+class RunDirError : public Error {
+ public:
+  explicit RunDirError(const std::string& message) : Error(message, "run directory") {}
+};
+
+// export-hf / import-hf input that is not a config key: a missing or
+// malformed file, an occupied output directory.
+class InteropError : public Error {
+ public:
+  explicit InteropError(const std::string& message) : Error(message, "interop") {}
+};
+
+// A distributed setup that cannot work: bad environment, port in use,
+// unreachable master, ranks that disagree.
+class DistError : public Error {
+ public:
+  explicit DistError(const std::string& message) : Error(message, "distributed setup") {}
+};
+
+// A collective with the other ranks failed (a peer died, hung, or left):
+// not this rank's input, so not exit 2.
+class PeerFailure : public Error {
+ public:
+  explicit PeerFailure(const std::string& message) : Error(message, "data parallel", exit_code::internal) {}
+};
+
+// Another rank's setup failed: this rank exits with that rank's code.
+class RemoteRankError : public Error {
+ public:
+  RemoteRankError(const std::string& message, int code) : Error(message, "another rank", code) {}
+};
+
+// The exit code an exception ends the process with: an Error's own, else 1.
+int exit_code_of(const std::exception& e);
+// Prints "keel: <kind>: <message>" to stderr and returns exit_code_of(e).
+int report_error(const std::exception& e);
+
+}  // namespace keel

@@ -1,0 +1,48 @@
+// Fault injection for the crash-safety and stability tests, through one
+// environment variable with one parser:
+//
+//   KEEL_FAULT_INJECT=<point>:<argument>
+//
+// Crash points (fault_point): the process kills itself with SIGKILL (no
+// destructors, no atexit, no flushing: as the OOM killer or a preempted node)
+// when the code reaches fault_point(<point>, <argument>):
+//   save_crash_after:<file name>   CheckpointStore::save, after <file name> is
+//                                  written and fsynced in the temporary dir;
+//                                  "manifest.json" is the manifest, written last
+//   save_crash_after:rename        after the checkpoint is renamed into place
+//   prune_crash_after:unmark       CheckpointStore::prune, after the first
+//                                  manifest is deleted, before its files are
+// Training faults (TrainFaults), at a 1-based step N:
+//   nan_loss_at_step:N             the loss is NaN (non-finite handling)
+//   loss_x10_at_step:N             the loss is multiplied by 10 (a planted spike)
+//   kill_rank_at_step:R:N          rank R kills itself before step N
+//   hang_rank_at_step:R:N          rank R hangs before step N
+//
+// The variable is read at every call, so a test can set it in a forked child.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace keel {
+
+struct FaultSpec {
+  std::string point;     // "save_crash_after", "nan_loss_at_step", ...
+  std::string argument;  // everything after the first ':'
+};
+// KEEL_FAULT_INJECT split at its first ':'; nullopt when unset or malformed.
+std::optional<FaultSpec> fault_spec();
+
+void fault_point(const std::string& point, const std::string& argument);
+
+struct TrainFaults {
+  int64_t nan_loss_at_step = 0;  // 0 = none
+  int64_t loss_x10_at_step = 0;
+  int64_t kill_at_step = 0;  // this rank's
+  int64_t hang_at_step = 0;  // this rank's
+  bool loss_faults() const { return nan_loss_at_step || loss_x10_at_step; }
+  static TrainFaults from_environment(int rank);
+};
+
+}  // namespace keel

@@ -1,0 +1,88 @@
+// StepPlan: the once-in-a-while decisions of a step, from the config's
+// cadences, in one place.
+#include <gtest/gtest.h>
+
+#include "train/device_counters.h"
+#include "train/step_plan.h"
+
+using keel::Config;
+using keel::plan_step;
+
+namespace {
+
+Config cadences() {
+  Config c;
+  c.train.max_steps = 30;
+  c.train.log_every = 5;
+  c.train.eval_every = 10;
+  c.monitor.every = 4;
+  c.checkpoint.every = 6;
+  c.checkpoint.at_end = true;
+  return c;
+}
+
+}  // namespace
+
+TEST(StepPlan, EachCadenceOnItsSteps) {
+  const Config c = cadences();
+  for (int64_t index = 0; index < c.train.max_steps; ++index) {
+    const auto p = plan_step(c, index, /*cpu=*/false, /*has_val=*/true);
+    const int64_t s = index + 1;
+    SCOPED_TRACE(s);
+    EXPECT_EQ(p.step, s);
+    EXPECT_EQ(p.last, s == 30);
+    EXPECT_EQ(p.eval, s % 10 == 0 || s == 30);
+    EXPECT_EQ(p.monitor, s % 4 == 0);
+    // A record whenever something is to be recorded: log cadence, eval, monitor, the end.
+    EXPECT_EQ(p.log, s % 5 == 0 || s % 10 == 0 || s % 4 == 0 || s == 30);
+    EXPECT_EQ(p.checkpoint, s % 6 == 0 || s == 30);
+    // On CUDA the host reads the device only on log-cadence steps and the last.
+    EXPECT_EQ(p.host_sync, s % 5 == 0 || s == 30);
+    EXPECT_EQ(p.drain_spikes, p.log || p.checkpoint);
+  }
+}
+
+TEST(StepPlan, CpuSyncsEveryStepAndNoValidationMeansNoEval) {
+  Config c = cadences();
+  for (int64_t index = 0; index < c.train.max_steps; ++index) {
+    const auto p = plan_step(c, index, /*cpu=*/true, /*has_val=*/false);
+    EXPECT_TRUE(p.host_sync);
+    EXPECT_FALSE(p.eval);
+  }
+  c.checkpoint.at_end = false;
+  c.checkpoint.every = 7;  // 30 is not a multiple: only at_end could save it
+  EXPECT_FALSE(plan_step(c, 29, true, true).checkpoint);
+  EXPECT_TRUE(plan_step(c, 27, true, true).checkpoint);
+  c.monitor.every = 0;  // off
+  EXPECT_FALSE(plan_step(c, 3, true, true).monitor);
+}
+
+TEST(StepPlan, StopForcesRecordCheckpointAndSpikes) {
+  auto p = plan_step(cadences(), 0, false, true);
+  EXPECT_FALSE(p.log || p.checkpoint || p.drain_spikes);
+  p.stop();
+  EXPECT_TRUE(p.log && p.checkpoint && p.drain_spikes);
+}
+
+// One buffer, one read: sums over the interval, the last gradient norm, the
+// run's non-finite count (kept across intervals).
+TEST(DeviceCounters, SumsLastNormAndRunCount) {
+  keel::DeviceCounters c(torch::kCPU);
+  auto t = [](double v) { return torch::tensor(v, torch::kFloat32); };
+  c.add_step(t(2.0), t(0.5), t(3.0), t(0.0));
+  c.add_step(t(4.0), t(0.25), t(1.5), t(1.0));
+  c.add_qk_clipped(torch::tensor(3, torch::kInt64));
+  auto v = c.read();
+  EXPECT_DOUBLE_EQ(v.loss_sum, 6.0);
+  EXPECT_DOUBLE_EQ(v.z_sum, 0.75);
+  EXPECT_DOUBLE_EQ(v.grad_norm, 1.5);
+  EXPECT_EQ(v.nonfinite_steps, 1);
+  EXPECT_DOUBLE_EQ(v.qk_clipped_heads, 3.0);
+  c.reset_interval();
+  v = c.read();
+  EXPECT_DOUBLE_EQ(v.loss_sum, 0.0);
+  EXPECT_DOUBLE_EQ(v.qk_clipped_heads, 0.0);
+  EXPECT_EQ(v.nonfinite_steps, 1);
+  c.set_nonfinite_steps(7);
+  EXPECT_EQ(c.read().nonfinite_steps, 7);
+}
