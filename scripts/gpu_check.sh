@@ -220,6 +220,9 @@ if [[ -n $preflight_ok ]]; then
     section gpu-tests 40 "$build/tests/test_cuda" --gtest_brief=1
     section train-cuda 45 train default-cuda "$train_steps"
     section bench-gpt2 45 bench gpt2 configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}"
+    # The chunked output head + loss (train.loss_chunk_tokens, default 8192) against whole logits.
+    section bench-gpt2-whole-logits 40 bench gpt2-whole-logits configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+        --set train.loss_chunk_tokens=0
     section compare-pytorch 150 compare
     section train-cuda-graph 45 train cuda-graph "$train_steps" --set train.cuda_graph=$graph
     section bench-gpt2-graph 40 bench gpt2-graph configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \

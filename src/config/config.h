@@ -96,6 +96,7 @@ struct TrainConfig {
   std::string optimizer_impl = "auto";     // auto | fused | reference
   double grad_clip = 1.0;                  // 0: off
   double z_loss = 0.0;
+  int64_t loss_chunk_tokens = 8192;        // output head + loss over chunks of tokens (chunked_loss.h); 0: whole logits
   std::string precision = "auto";          // auto | fp32 | bf16
   bool tf32 = true;
   bool cuda_graph = false;                 // capture the whole step as one CUDA graph (step_runner.h)

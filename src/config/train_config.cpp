@@ -2,6 +2,8 @@
 // checkpoint, dist and run.
 #include "config/config.h"
 
+#include "util/utf8.h"
+
 namespace keel {
 
 void declare_train_keys(Schema& s, TrainConfig& t) {
@@ -48,6 +50,9 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
            "AdamW kernel: fused (at::_fused_adamw_, CPU and CUDA) or the readable reference loop");
   s.real("train.grad_clip", &t.grad_clip, "global gradient-norm clip; 0 = off").min = 0;
   s.real("train.z_loss", &t.z_loss, "coefficient of the z-loss (log Z)^2; 0 = off (PaLM: 1e-4)").min = 0;
+  s.integer("train.loss_chunk_tokens", &t.loss_chunk_tokens,
+            "tokens per chunk of the fused output head + cross-entropy: logits and their gradient exist for "
+            "this many tokens at a time, never [tokens, vocab] whole; 0 = whole logits").min = 0;
   s.choice("train.precision", &t.precision, {"auto", "fp32", "bf16"},
            "auto = bf16 autocast on CUDA, fp32 on CPU; bf16 = bf16 autocast on either (fp32 weights, loss and "
            "norms; on the CPU fast only with AVX-512 BF16 or AMX)");
@@ -160,6 +165,12 @@ void check_train(const Config& c, ConfigErrors& e) {
   if (c.run.name.empty() || c.run.name.find('/') != std::string::npos || c.run.name == "." ||
       c.run.name == "..")
     e.add("run.name", "'" + c.run.name + "' must be a non-empty name without '/'");
+  // Paths keel writes under and names in JSON (summaries, manifests): a
+  // non-UTF-8 byte would pass here and fail every save at the end of training.
+  for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"run.name", &c.run.name},
+                                   {"run.out_dir", &c.run.out_dir}})
+    if (const size_t bad = first_invalid_utf8(*value); bad != std::string::npos)
+      e.add(key, "is not valid UTF-8 (byte " + std::to_string(bad) + "): use a UTF-8 name");
 }
 
 }  // namespace keel

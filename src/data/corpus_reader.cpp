@@ -11,8 +11,8 @@
 #include <memory>
 #include <string_view>
 
-#include "data/utf8.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace keel {
 

@@ -115,7 +115,7 @@ const RopeTables& TransformerImpl::rope_tables(int64_t T, torch::Device device) 
   return rope_;
 }
 
-torch::Tensor TransformerImpl::forward(const torch::Tensor& idx, const ForwardOptions& options) {
+torch::Tensor TransformerImpl::forward_hidden(const torch::Tensor& idx, const ForwardOptions& options) {
   const int64_t T = idx.size(1);
   TORCH_CHECK(T <= cfg_.max_seq_len, "sequence length ", T, " exceeds model.max_seq_len ", cfg_.max_seq_len);
   auto x = F::embedding(idx, wte);
@@ -133,6 +133,14 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& idx, const ForwardOp
   for (size_t i = 0; i < blocks->size(); ++i)
     x = blocks[i]->as<Block>()->forward(x, rope, all_stats ? &(*all_stats)[i] : nullptr);
   if (final_norm) x = final_norm->forward(x);
+  return x;
+}
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& idx, const ForwardOptions& options) {
+  return head_logits(forward_hidden(idx, options));
+}
+
+torch::Tensor TransformerImpl::head_logits(const torch::Tensor& x) {
   auto logits = keel::linear(x, lm_head);  // fused_ops.h: oneDNN on the CPU
   if (cfg_.final_softcap) {
     const double cap = *cfg_.final_softcap;

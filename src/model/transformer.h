@@ -57,6 +57,11 @@ class TransformerImpl : public torch::nn::Module {
   // idx: [B, T] int64 token ids. Returns logits [B, T, padded_vocab], fp32 when
   // a final softcap is set; padded ids get -inf so they are never predicted.
   torch::Tensor forward(const torch::Tensor& idx, const ForwardOptions& options = {});
+  // The forward up to the final norm: [B, T, d_model]. forward() is
+  // head_logits(forward_hidden()); the chunked loss (chunked_loss.h) takes
+  // the hidden states and the head instead of whole logits.
+  torch::Tensor forward_hidden(const torch::Tensor& idx, const ForwardOptions& options = {});
+  torch::Tensor head_logits(const torch::Tensor& hidden);
 
   const ModelConfig& config() const { return cfg_; }
   // Once per optimizer step, before its forwards: each module's per-step

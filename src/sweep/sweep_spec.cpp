@@ -328,10 +328,16 @@ std::vector<SweepPoint> expand_grid(const SweepSpec& spec) {
   }
   ConfigErrors errors;
   std::set<std::string> names;
-  for (const auto& p : points)
+  for (const auto& p : points) {
+    // A point is a directory under the sweep's: "." or ".." would be the
+    // sweep directory or its parent, which re-running a point empties.
+    if (p.name == "." || p.name == "..")
+      errors.add("sweep " + spec.file, "a point would be named '" + p.name +
+                                           "', which is not a plain directory name: rename the variant or value");
     if (!names.insert(p.name).second)
       errors.add("sweep " + spec.file, "two points are both named " + p.name + " (values that differ only in "
                                        "characters not allowed in a directory name)");
+  }
   for (const auto& item : problem_order) {
     const auto& which = problems[item];
     std::string list;

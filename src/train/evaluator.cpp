@@ -1,5 +1,7 @@
 #include "train/evaluator.h"
 
+#include "model/chunked_loss.h"
+
 namespace keel {
 
 Evaluator::Evaluator(const Config& cfg, const DataManifest& data, const BatchGeometry& g, Dist& dist,
@@ -23,8 +25,8 @@ double Evaluator::evaluate(Transformer& model) {
   for (int64_t i = 0; loader_ && i < cfg_.train.eval_batches; ++i) {
     Batch b = loader_->val_batch(i);
     AutocastScope autocast(compute_.bf16_autocast, compute_.device.type());
-    auto logits = model->forward(b.inputs.to(compute_.device));
-    auto ce = language_model_loss(logits, b.targets.to(compute_.device), 0.0).ce;
+    auto ce = model_loss(*model, b.inputs.to(compute_.device), b.targets.to(compute_.device), 0.0,
+                         cfg_.train.loss_chunk_tokens).ce;
     total += ce.to(torch::kFloat64) * static_cast<double>(b.inputs.size(0));
   }
   dist_.all_reduce_sum(total, "the validation all-reduce");

@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "config/schema.h"
+#include "model/chunked_loss.h"
 #include "util/log.h"
 
 #ifdef KEEL_WITH_CUDA
@@ -105,7 +106,7 @@ StepLosses StepRunner::forward_backward(const DeviceBatch& batch, const MicroHoo
     LossParts loss;
     {
       AutocastScope autocast(compute_.bf16_autocast, compute_.device.type());
-      loss = language_model_loss(model_->forward(x), y, cfg_.train.z_loss);
+      loss = model_loss(*model_, x, y, cfg_.train.z_loss, cfg_.train.loss_chunk_tokens);
     }
     if (hooks.before_backward) hooks.before_backward(i, loss);
     // Equal-sized micro-batches: the mean of their means is the batch mean.

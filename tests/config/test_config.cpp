@@ -65,6 +65,22 @@ const BrokenCase kBroken[] = {
 
 }  // namespace
 
+// A non-UTF-8 run name or directory (e.g. from --set in a Latin-1 shell)
+// used to train to the end and then fail every save; it is refused up front.
+TEST(Config, NonUtf8RunNameAndDirAreRefused) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"run.name", "r\xff"}, {"run.out_dir", "runs\xc3"}, {"run.name", "caf\xe9"}}) {
+    try {
+      keel::config_from_yaml_text("", {key + "=" + value});
+      ADD_FAILURE() << key << " accepted";
+    } catch (const keel::ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(key + ": is not valid UTF-8"), std::string::npos) << what;
+    }
+  }
+  EXPECT_NO_THROW(keel::config_from_yaml_text("", {"run.name=caf\xc3\xa9"}));  // "café" in UTF-8
+}
+
 TEST(Config, DefaultsValidate) {
   Config c;
   EXPECT_NO_THROW(validate(c));

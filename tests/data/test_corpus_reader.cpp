@@ -7,9 +7,9 @@
 
 #include "data/corpus_reader.h"
 #include "data/sources.h"
-#include "data/utf8.h"
 #include "test_data_util.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 using namespace keel;
 using namespace keel_test;

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from keel_testlib import REPO, build_dir, keel_binary
 
-SECTIONS = ["build", "gpu-tests", "train-cuda", "bench-gpt2", "compare-pytorch", "train-cuda-graph",
+SECTIONS = ["build", "gpu-tests", "train-cuda", "bench-gpt2", "bench-gpt2-whole-logits", "compare-pytorch", "train-cuda-graph",
             "bench-gpt2-graph", "bench-qknorm", "train-nccl", "bench-default-eager", "bench-default-graph"]
 
 
@@ -45,7 +45,7 @@ def test_dry_run_passes_every_section_and_returns_three_files(tmp_path):
     assert "DRY RUN" in summary
     # Every bench record came back, and the figures made it into the table.
     bench = json.loads((out / "bench.json").read_text())
-    for name in ["gpt2.json", "gpt2-graph.json", "default-eager.json", "default-graph.json",
+    for name in ["gpt2.json", "gpt2-whole-logits.json", "gpt2-graph.json", "default-eager.json", "default-graph.json",
                  "compare/keel-1.json", "compare/eager-1.json", "compare/summary.json",
                  "qknorm/none-1.json", "qknorm/rms-1.json", "qknorm/l2-1.json", "qknorm/summary.json"]:
         assert name in bench, f"{name} missing from bench.json: {sorted(bench)}"

@@ -174,6 +174,17 @@ TEST_F(SweepSpecTest, ManifestReusesSameSettingsAndNamesEveryChange) {
 
 // Every shipped sweep file loads (its base config and every point validate)
 // and expands to the points its comment promises at least roughly: more than one.
+// A variant named ".." would make its point directory the sweep's parent,
+// which re-running the point empties (it did, before this check).
+TEST_F(SweepSpecTest, PointsMustBePlainDirectoryNames) {
+  for (const char* name : {"..", "."}) {
+    const std::string err = error_of(std::string("base: base.yaml\nvariants:\n  \"") + name +
+                                     "\": {}\n  plain: {model.qk_norm.type: rms}\n");
+    EXPECT_NE(err.find("not a plain directory name"), std::string::npos) << name << ": " << err;
+  }
+  EXPECT_EQ(error_of("base: base.yaml\nvariants:\n  ..a: {}\n  plain: {model.qk_norm.type: rms}\n"), "");
+}
+
 TEST(SweepSpec, EveryShippedSweepFileLoads) {
   int files = 0;
   const std::string dir = keel_test::source_path("configs/sweeps");
