@@ -3,6 +3,7 @@
 
 #include "checkpoint/checkpoint_store.h"
 #include "util/fs.h"
+#include "util/json.h"
 
 namespace keel {
 
@@ -39,6 +40,16 @@ Manifest CheckpointStore::verify(const std::string& checkpoint_dir, VerifyLevel 
       if (d.crc32 != f.crc32)
         throw checkpoint_error(path, "CRC-32 is " + crc32_hex(d.crc32) + ", the manifest says " + crc32_hex(f.crc32) +
                                          " (the file was corrupted after saving)");
+    }
+    // state.json must parse: a write that failed unnoticed once left an empty
+    // one that its manifest vouched for, and resume then failed on it.
+    if (f.name == "state.json") {
+      try {
+        if (!parse_json_bounded(read_small_file(path), path).is_object())
+          throw checkpoint_error(path, "is not a JSON object");
+      } catch (const JsonError& e) {
+        throw CheckpointError(e.what());
+      }
     }
   }
   return m;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "util/error.h"
+#include "util/json.h"
 
 namespace keel {
 
@@ -46,7 +47,7 @@ Manifest manifest_from_json(const ojson& j, const Bad& bad) {
     if (!f.is_object() || !f.contains("name") || !f.at("name").is_string() || !f.contains("size") ||
         !f.at("size").is_number_unsigned() || !f.contains("crc32") || !f.at("crc32").is_string())
       throw bad("each entry of \"files\" needs a string \"name\", an unsigned \"size\" and a string \"crc32\": " +
-                f.dump());
+                json_excerpt(f));
     ManifestFile mf;
     mf.name = f.at("name").get<std::string>();
     if (std::string why = check_checkpoint_file_name(mf.name); !why.empty()) throw bad("'" + mf.name + "': " + why);
@@ -87,9 +88,9 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
   auto bad = [&](const std::string& what) { return checkpoint_error(path, "bad manifest: " + what); };
   ojson j;
   try {
-    j = ojson::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw bad(std::string("not valid JSON: ") + e.what());
+    j = parse_json_bounded<ojson>(text, path);
+  } catch (const JsonError& e) {
+    throw bad(e.what());
   }
   if (!j.is_object()) throw bad("not a JSON object");
   try {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "util/fs.h"
+#include "util/json.h"
 
 // The format stores little-endian bytes and we copy memory as is.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
@@ -86,7 +87,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const ojson&
   auto bad = [&](const std::string& what) {
     return checkpoint_error(path, "header entry for tensor '" + name + "': " + what);
   };
-  if (!v.is_object()) throw bad("expected an object, got " + v.dump());
+  if (!v.is_object()) throw bad("expected an object, got " + json_excerpt(v));
   Entry e;
   e.name = name;
   e.header_index = index;
@@ -99,8 +100,8 @@ Entry parse_entry(const std::string& path, const std::string& name, const ojson&
   auto sh = v.find("shape");
   if (sh == v.end() || !sh->is_array()) throw bad("missing array field \"shape\"");
   for (const auto& d : *sh) {
-    if (!d.is_number_unsigned()) throw bad("shape " + sh->dump() + " has an entry that is not a non-negative integer");
-    if (d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) throw bad("shape " + sh->dump() + " is too large");
+    if (!d.is_number_unsigned()) throw bad("shape " + json_excerpt(*sh) + " has an entry that is not a non-negative integer");
+    if (d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) throw bad("shape " + json_excerpt(*sh) + " is too large");
     e.shape.push_back(d.get<int64_t>());
   }
 
@@ -110,11 +111,11 @@ Entry parse_entry(const std::string& path, const std::string& name, const ojson&
     throw bad("\"data_offsets\" must be [begin, end] with non-negative integers");
   e.begin = (*off)[0].get<uint64_t>();
   e.end = (*off)[1].get<uint64_t>();
-  if (e.end < e.begin) throw bad("data_offsets " + off->dump() + " end before they begin");
+  if (e.end < e.begin) throw bad("data_offsets " + json_excerpt(*off) + " end before they begin");
 
   uint64_t need = byte_size(e.shape, e.dtype->itemsize, path, name);
   if (e.end - e.begin != need)
-    throw bad("data_offsets " + off->dump() + " span " + std::to_string(e.end - e.begin) +
+    throw bad("data_offsets " + json_excerpt(*off) + " span " + std::to_string(e.end - e.begin) +
               " bytes but shape " + shape_text(e.shape) + " of " + e.dtype->name + " needs " +
               std::to_string(need));
   return e;
@@ -204,13 +205,8 @@ TensorMap read_safetensors(const std::string& path, std::map<std::string, std::s
 
   std::string text(header_len, '\0');
   f.read_at(text.data(), header_len, 8);
-  ojson header;
-  try {
-    header = ojson::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw checkpoint_error(path, "header (bytes 8-" + std::to_string(8 + header_len) +
-                                     ") is not valid JSON: " + e.what());
-  }
+  // Bounded nesting: a hostile header cannot build a value too deep to print.
+  const ojson header = parse_json_bounded<ojson>(text, path + ": header (bytes 8-" + std::to_string(8 + header_len) + ")");
   if (!header.is_object()) throw checkpoint_error(path, "header is not a JSON object");
 
   std::vector<Entry> entries;

@@ -11,6 +11,7 @@
 
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/json.h"
 
 namespace keel {
 
@@ -130,13 +131,13 @@ bool has_data_manifest(const std::string& dir) {
 
 DataManifest read_data_manifest(const std::string& dir) {
   const std::string path = dir + "/" + kDataManifestFile;
-  std::ifstream in(path);
-  if (!in) throw data_error(path, "cannot open (is " + dir + " a prepared data directory? run keel prepare)");
+  if (!path_exists(path))
+    throw data_error(path, "cannot open (is " + dir + " a prepared data directory? run keel prepare)");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw data_error(path, std::string("invalid JSON: ") + e.what());
+    j = parse_json_bounded(read_small_file(path), path);
+  } catch (const JsonError& e) {
+    throw DataError(e.what());
   }
   return data_manifest_from_json(j, path);
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "util/json.h"
+
 namespace keel {
 
 namespace {
@@ -114,7 +116,7 @@ class Fields {
       return 1;
     }
     if (!j_[k].is_number_integer() || j_[k].get<int64_t>() < 0) {
-      e_.add("config.json: " + k, "expected a non-negative integer, got " + j_[k].dump());
+      e_.add("config.json: " + k, "expected a non-negative integer, got " + json_excerpt(j_[k]));
       return 1;
     }
     return j_[k].get<int64_t>();
@@ -123,7 +125,7 @@ class Fields {
   double real(const std::string& k, double fallback) {
     if (!has(k)) return fallback;
     if (!j_[k].is_number()) {
-      e_.add("config.json: " + k, "expected a number, got " + j_[k].dump());
+      e_.add("config.json: " + k, "expected a number, got " + json_excerpt(j_[k]));
       return fallback;
     }
     return j_[k].get<double>();
@@ -138,7 +140,7 @@ class Fields {
   bool boolean(const std::string& k, bool fallback) {
     if (!has(k)) return fallback;
     if (!j_[k].is_boolean()) {
-      e_.add("config.json: " + k, "expected true or false, got " + j_[k].dump());
+      e_.add("config.json: " + k, "expected true or false, got " + json_excerpt(j_[k]));
       return fallback;
     }
     return j_[k].get<bool>();
@@ -147,7 +149,7 @@ class Fields {
   std::string text(const std::string& k, const std::string& fallback) {
     if (!has(k)) return fallback;
     if (!j_[k].is_string()) {
-      e_.add("config.json: " + k, "expected a string, got " + j_[k].dump());
+      e_.add("config.json: " + k, "expected a string, got " + json_excerpt(j_[k]));
       return fallback;
     }
     return j_[k].get<std::string>();

@@ -13,6 +13,7 @@
 #include "train/train_state.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/json.h"
 
 namespace keel {
 
@@ -21,9 +22,9 @@ namespace {
 nlohmann::json read_json(const std::string& path) {
   if (!path_exists(path)) throw InteropError(path + ": missing");
   try {
-    return nlohmann::json::parse(read_small_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw InteropError(path + ": not valid JSON: " + e.what());
+    return parse_json_bounded(read_small_file(path), path);
+  } catch (const JsonError& e) {
+    throw InteropError(e.what());
   }
 }
 

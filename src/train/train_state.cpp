@@ -11,6 +11,7 @@
 #include "checkpoint/safetensors.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/json.h"
 
 namespace keel {
 
@@ -102,7 +103,9 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
                        write_file_durably(p, read_small_file(tokenizer_path));
                      }});
   }
-  files.push_back({"state.json", [&](const std::string& p) { std::ofstream(p) << meta.dump(2) << "\n"; }});
+  // Checked and fsynced like every other file (an unchecked stream once left
+  // an empty state.json that the manifest then vouched for).
+  files.push_back({"state.json", [&](const std::string& p) { write_file_durably(p, meta.dump(2) + "\n"); }});
   CheckpointStore store(run_dir);
   return store.save(state.step, files);
 }
@@ -113,9 +116,9 @@ TrainState load_training_checkpoint(const std::string& dir, Transformer& model, 
   const std::string state_path = dir + "/state.json";
   nlohmann::json meta;
   try {
-    meta = nlohmann::json::parse(read_text(state_path));
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(state_path + ": not valid JSON: " + e.what());
+    meta = parse_json_bounded(read_text(state_path), state_path);
+  } catch (const JsonError& e) {
+    throw CheckpointError(e.what());
   }
   if (meta.value("format", "") != "keel-checkpoint")
     throw CheckpointError(state_path + ": not a keel checkpoint (format field)");
@@ -153,7 +156,12 @@ TrainState load_training_checkpoint(const std::string& dir, Transformer& model, 
 }
 
 Config checkpoint_config(const std::string& dir) {
-  nlohmann::json meta = nlohmann::json::parse(read_text(dir + "/state.json"));
+  nlohmann::json meta;
+  try {
+    meta = parse_json_bounded(read_text(dir + "/state.json"), dir + "/state.json");
+  } catch (const JsonError& e) {
+    throw CheckpointError(e.what());
+  }
   return config_from_yaml_text(meta.value("config", ""));
 }
 

@@ -206,6 +206,40 @@ TEST_F(CheckpointStoreTest, TruncatedOrMissingFileRejected) {
   EXPECT_EQ(store.latest_valid(), first);
 }
 
+// A state.json the save wrote empty (a write error nobody checked) is
+// consistent with its manifest but unusable: verification parses it, so
+// resume falls back to the previous checkpoint and pruning never counts it.
+TEST_F(CheckpointStoreTest, UnparsableStateJsonRejected) {
+  CheckpointStore store(run_dir_);
+  const std::string first = store.save(1, files_for(1));
+  for (const std::string& bad : std::vector<std::string>{"", "{\"step\": 2", "[1, 2]",
+                                                          std::string(5000, '[') + std::string(5000, ']')}) {
+    auto files = files_for(2);
+    files.back() = text_file("state.json", bad);
+    const std::string second = store.save(2, files);
+    std::vector<std::string> rejected;
+    EXPECT_EQ(store.latest_valid(&rejected), first) << "state.json '" << bad.substr(0, 20) << "'";
+    ASSERT_EQ(rejected.size(), 1u);
+    EXPECT_NE(rejected[0].find(second + "/state.json"), std::string::npos) << rejected[0];
+    EXPECT_LT(rejected[0].size(), 1000u) << "a hostile file must not be quoted whole";
+    EXPECT_EQ(store.prune(1, 0), std::vector<std::string>{}) << "the good checkpoint must not be pruned";
+    EXPECT_TRUE(path_exists(first));
+  }
+}
+
+// A manifest nested thousands of levels deep (a hostile file) is rejected,
+// not a crash: nesting is bounded before anything prints it.
+TEST_F(CheckpointStoreTest, DeeplyNestedManifestRejected) {
+  CheckpointStore store(run_dir_);
+  const std::string first = store.save(1, files_for(1));
+  const std::string second = store.save(2, files_for(2));
+  write_file(second + "/manifest.json", std::string(200000, '[') + std::string(200000, ']'));
+  std::vector<std::string> rejected;
+  EXPECT_EQ(store.latest_valid(&rejected), first);
+  ASSERT_EQ(rejected.size(), 1u);
+  EXPECT_NE(rejected[0].find("nested deeper than"), std::string::npos) << rejected[0].substr(0, 300);
+}
+
 TEST_F(CheckpointStoreTest, NoManifestNoCheckpoint) {
   CheckpointStore store(run_dir_);
   const std::string first = store.save(1, files_for(1));
@@ -294,8 +328,8 @@ TEST_F(CheckpointStoreTest, FaultForAnotherFileDoesNotFire) {
 TEST_F(CheckpointStoreTest, SavingTheSameStepTwiceReplacesIt) {
   CheckpointStore store(run_dir_);
   store.save(5, files_for(5));
-  const std::string dir = store.save(5, {text_file("state.json", "second"), text_file("extra.txt", "x")});
-  EXPECT_EQ(read_file(dir + "/state.json"), "second");
+  const std::string dir = store.save(5, {text_file("state.json", "{\"copy\": 2}"), text_file("extra.txt", "x")});
+  EXPECT_EQ(read_file(dir + "/state.json"), "{\"copy\": 2}");
   EXPECT_EQ(entries(dir), (std::vector<std::string>{"extra.txt", "manifest.json", "state.json"}));
   EXPECT_EQ(entries(store.checkpoints_dir()), std::vector<std::string>{"step_00000005"});  // old copy deleted
   EXPECT_EQ(store.latest_valid(), dir);
@@ -377,14 +411,15 @@ TEST_F(CheckpointStoreTest, BadFileNamesRejectedBeforeWriting) {
 
 TEST_F(CheckpointStoreTest, PruneKeepsLastAndMilestones) {
   CheckpointStore store(run_dir_);
-  for (int64_t s = 10; s <= 100; s += 10) store.save(s, {text_file("state.json", std::to_string(s))});
-  store.save(15, {text_file("state.json", "15")});
+  for (int64_t s = 10; s <= 100; s += 10)
+    store.save(s, {text_file("state.json", "{\"step\": " + std::to_string(s) + "}")});
+  store.save(15, {text_file("state.json", "{\"step\": 15}")});
   auto removed = store.prune(/*keep_last=*/2, /*keep_every=*/50);
   EXPECT_EQ(valid_steps(store), (std::vector<int64_t>{50, 90, 100}));
   EXPECT_EQ(removed.size(), 8u);
   EXPECT_EQ(entries(store.checkpoints_dir()).size(), 3u);  // deleted whole, not just un-marked
   EXPECT_TRUE(store.prune(2, 50).empty());                 // idempotent
-  store.save(110, {text_file("state.json", "110")});
+  store.save(110, {text_file("state.json", "{\"step\": 110}")});
   store.prune(2, 0);
   EXPECT_EQ(valid_steps(store), (std::vector<int64_t>{100, 110}));
 }

@@ -209,6 +209,17 @@ TEST_F(SafetensorsTest, ReaderRejectsCorruptedHeader) {
   expect_error([&] { keel::read_safetensors(p); }, {p, "__metadata__", "'k'", "not a string"});
   write_file(p, raw_file(R"({"a":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", std::string("\x01\x07", 2)));
   expect_error([&] { keel::read_safetensors(p); }, {p, "'a'", "BOOL byte", "is 7"});
+  // A 400 KB header of nested arrays (it crashed `keel import-hf`): refused
+  // before any value that deep exists; and a hostile entry is quoted only in part.
+  write_file(p, raw_file(std::string(200000, '[') + std::string(200000, ']'), ""));
+  expect_error([&] { keel::read_safetensors(p); }, {p, "nested deeper than 64 levels"});
+  write_file(p, raw_file("{\"a\": [" + std::string(3000, '1') + ", 2]}", ""));
+  try {
+    keel::read_safetensors(p);
+    ADD_FAILURE() << "accepted";
+  } catch (const keel::Error& e) {
+    EXPECT_LT(std::string(e.what()).size(), 600u) << "the entry must be quoted only in part";
+  }
 }
 
 TEST_F(SafetensorsTest, ReaderRejectsBadOffsets) {
