@@ -81,6 +81,19 @@ TEST(Config, NonUtf8RunNameAndDirAreRefused) {
   EXPECT_NO_THROW(keel::config_from_yaml_text("", {"run.name=caf\xc3\xa9"}));  // "café" in UTF-8
 }
 
+// Hostile nesting in a config file ends in a config error naming the file,
+// not a stack overflow (yaml-cpp bounds its own recursion; this keeps it so).
+TEST(Config, DeeplyNestedYamlIsAnError) {
+  for (const std::string& text : {"model: " + std::string(100000, '[') + std::string(100000, ']'),
+                                  [] {
+                                    std::string t = "model: ";
+                                    for (int i = 0; i < 100000; ++i) t += "{a: ";
+                                    return t + "1" + std::string(100000, '}');
+                                  }()}) {
+    EXPECT_THROW(keel::config_from_yaml_text(text), keel::ConfigError);
+  }
+}
+
 TEST(Config, DefaultsValidate) {
   Config c;
   EXPECT_NO_THROW(validate(c));
