@@ -24,6 +24,7 @@
 #include "sweep/sweep_manifest.h"
 #include "train/run_dir.h"
 #include "util/fs.h"
+#include "util/host.h"
 #include "util/log.h"
 #include "util/text.h"
 
@@ -43,19 +44,6 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
-}
-
-std::string host_name() {
-  char host[256] = "unknown";
-  gethostname(host, sizeof host - 1);
-  return host;
 }
 
 std::string self_exe() {
@@ -436,6 +424,7 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
                             {"command", options.command_line},
                             {"host", host_name()},
                             {"cpu", cpu_model()},
+                            {"cpu_isa", cpu_isa()},
                             {"cores", cores},
                             {"parallel", options.parallel},
                             {"threads_per_point", threads},

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 #include "data/loader.h"
 #include "data/manifest.h"
@@ -26,6 +27,7 @@
 #include "train/step_runner.h"
 #include "train/training_setup.h"
 #include "util/fs.h"
+#include "util/host.h"
 #include "util/log.h"
 #include "util/text.h"
 
@@ -221,6 +223,8 @@ nlohmann::json Bench::run() {
                     static_cast<long long>(geometry_.global_batch), static_cast<long long>(geometry_.seq_len),
                     static_cast<long long>(geometry_.n_micro), geometry_.n_micro > 1 ? "s" : "", static_cast<long long>(geometry_.micro_batch),
                     opt_.random_data ? ", random tokens" : "")
+            << "  machine " << cpu_model() << " [" << cpu_isa() << "], " << std::thread::hardware_concurrency()
+            << " cores\n"
             << std::flush;
 
   for (int64_t i = 0; i < opt_.warmup; ++i) step(i, nullptr);
@@ -269,6 +273,7 @@ nlohmann::json Bench::run() {
       {"config", opt_.config_name},
       {"device", compute_.device.str()},
       {"device_name", compute_.device_name},
+      {"host", {{"cpu_model", cpu_model()}, {"cpu_isa", cpu_isa()}, {"cores", std::thread::hardware_concurrency()}}},
       {"precision", compute_.bf16_autocast ? "bf16 autocast" : "fp32"},
       {"cuda_graph", parts_.runner->graph_mode()},
       {"threads", compute_.threads},

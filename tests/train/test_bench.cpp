@@ -83,6 +83,13 @@ TEST(Bench, JsonRecordIsCompleteAndConsistent) {
   EXPECT_NEAR(m["percent_of_step"].get<double>(), 100 * m["amortized_ms_per_step"].get<double>() / med, 1e-6);
   EXPECT_NE(out.find("tokens/s"), std::string::npos) << out;
   EXPECT_NE(out.find("MFU"), std::string::npos) << out;
+  // Every record names the machine: the same code measures 2x apart on two CPUs.
+  const auto& host = r["host"];
+  ASSERT_TRUE(host.is_object()) << r.dump(2);
+  EXPECT_FALSE(host["cpu_model"].get<std::string>().empty());
+  EXPECT_TRUE(host["cpu_isa"].is_string());
+  EXPECT_GE(host["cores"].get<int64_t>(), 1);
+  EXPECT_NE(out.find("machine " + host["cpu_model"].get<std::string>()), std::string::npos) << out;
 }
 
 TEST(Bench, PeakOverrideSetsMfuDenominator) {
