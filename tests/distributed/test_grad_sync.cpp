@@ -36,7 +36,8 @@ void set_weights(torch::nn::Linear& l1, torch::nn::Linear& l2) {
 }
 
 // A small MLP whose input depends on the rank, so each rank's gradient differs.
-RankResult run_rank(int rank, int port, double bucket_mb, bool overlap, int micro_steps) {
+// Rank `rank` of two, as threads of this process on 127.0.0.1:port.
+DistEnv two_rank_env(int rank, int port) {
   DistEnv env;
   env.rank = rank;
   env.world_size = 2;
@@ -44,7 +45,11 @@ RankResult run_rank(int rank, int port, double bucket_mb, bool overlap, int micr
   env.local_world_size = 2;
   env.master_port = port;
   env.source = "test";
-  Dist dist(env, "gloo", 30);
+  return env;
+}
+
+RankResult run_rank(int rank, int port, double bucket_mb, bool overlap, int micro_steps) {
+  Dist dist(two_rank_env(rank, port), "gloo", 30);
   auto l1 = torch::nn::Linear(8, 16), l2 = torch::nn::Linear(16, 4);
   set_weights(l1, l2);  // the same on both ranks
   std::vector<torch::Tensor> params;
@@ -127,14 +132,7 @@ struct OrderResult {
 };
 
 OrderResult run_head_first(int rank, int port) {
-  DistEnv env;
-  env.rank = rank;
-  env.world_size = 2;
-  env.local_rank = rank;
-  env.local_world_size = 2;
-  env.master_port = port;
-  env.source = "test";
-  Dist dist(env, "gloo", 30);
+  Dist dist(two_rank_env(rank, port), "gloo", 30);
   auto l1 = torch::nn::Linear(8, 16), l2 = torch::nn::Linear(16, 4);
   set_weights(l1, l2);
   std::vector<torch::Tensor> params;
