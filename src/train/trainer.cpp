@@ -155,6 +155,9 @@ void Trainer::setup() {
     collective_phase([&] { dir = rank0() ? choose_resume_dir() : ""; });
     dir = dist_->exchange("resume", dir)[0];  // rank 0's choice, for every rank
     if (!dir.empty()) collective_phase([&] { resume_from_checkpoint(dir); });
+    // No checkpoint (a job killed before its first save): a fresh start,
+    // and the abandoned attempt's logs go, so the run reads as one history.
+    else collective_phase([&] { truncate_logs_after(0); });
   }
   // train.init_from (e.g. a `keel import-hf` directory): a fresh run starts from its weights.
   if (start_step_ == 0 && !cfg_.train.init_from.empty())

@@ -69,32 +69,34 @@ void Trainer::resume_from_checkpoint(const std::string& dir) {
   run_->log->info(strf("resumed from %s at step %lld", dir.c_str(), static_cast<long long>(start_step_)));
 }
 
-// A run that crashed after its last checkpoint logged steps it will now
-// redo; drop them so metrics.jsonl has each step once.
-void Trainer::truncate_logs_after(int64_t step) {
-  if (!run_->writer()) return;
-  const std::string path = run_->file("metrics.jsonl");
-  if (!path_exists(path)) return;
+namespace {
+// The lines of a JSON-lines log whose "step" is at most `step` (lines
+// without a readable step are kept).
+std::string lines_up_to_step(const std::string& path, int64_t step) {
   std::string kept, line;
   std::istringstream in(read_small_file(path, 1ull << 30));
   while (std::getline(in, line)) {
     if (line.empty()) continue;
-    auto rec = nlohmann::json::parse(line, nullptr, false);
-    if (!rec.is_discarded() && rec.contains("step") && rec["step"].get<int64_t>() > step) continue;
+    auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!rec.is_discarded() && rec.is_object() && rec.contains("step") && rec["step"].is_number_integer() &&
+        rec["step"].get<int64_t>() > step)
+      continue;
     kept += line + "\n";
   }
-  run_->reopen_metrics(kept);
-  // spikes.jsonl likewise.
-  const std::string spikes = run_->file("spikes.jsonl");
-  if (!path_exists(spikes)) return;
-  std::string kept_spikes;
-  std::istringstream sin(read_small_file(spikes, 1ull << 30));
-  while (std::getline(sin, line)) {
-    auto rec = nlohmann::json::parse(line, nullptr, false);
-    if (!rec.is_discarded() && rec.contains("step") && rec["step"].get<int64_t>() > step) continue;
-    kept_spikes += line + "\n";
+  return kept;
+}
+}  // namespace
+
+// A run that crashed after its last checkpoint logged steps it will now
+// redo; drop them so every log has each step once.
+void Trainer::truncate_logs_after(int64_t step) {
+  if (!run_->writer()) return;
+  const std::string metrics = run_->file("metrics.jsonl");
+  if (path_exists(metrics)) run_->reopen_metrics(lines_up_to_step(metrics, step));  // TensorBoard files too
+  for (const char* name : {"spikes.jsonl", "nonfinite.jsonl"}) {
+    const std::string path = run_->file(name);
+    if (path_exists(path)) write_file_atomic(path, lines_up_to_step(path, step));
   }
-  write_file_atomic(spikes, kept_spikes);
 }
 
 void Trainer::save_checkpoint(int64_t steps_done) {

@@ -257,6 +257,30 @@ TEST_F(TrainCli, NonFiniteSkipAndHalt) {
   EXPECT_FALSE(keel::path_exists(run_path("nan_halt") + "/checkpoints/step_00000005"));
 }
 
+// A job killed before its first save is requeued with --resume auto: there is
+// no checkpoint, so it starts afresh, and its logs must not keep the
+// abandoned attempt's steps (metrics.jsonl read 1,2,3,4,1,2,3,4 before).
+TEST_F(TrainCli, ResumeAutoWithoutCheckpointStartsTheLogsAfresh) {
+  const std::string no_saves = "--set checkpoint.every=0 --set checkpoint.at_end=false --set train.max_steps=4 "
+                               "--set train.nonfinite=skip";
+  std::string out;
+  setenv("KEEL_FAULT_INJECT", "nan_loss_at_step:2", 1);
+  const int first = run_keel(args("requeued", no_saves), &out);
+  const int second = run_keel(args("requeued", no_saves + " --resume auto"), &out);
+  unsetenv("KEEL_FAULT_INJECT");
+  ASSERT_EQ(first, 0) << out;
+  ASSERT_EQ(second, 0) << out;
+  std::vector<int64_t> steps;  // (step 2's loss is NaN, written as null)
+  std::ifstream metrics(run_path("requeued") + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);)
+    steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+  std::ifstream nonfinite(run_path("requeued") + "/nonfinite.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(nonfinite, line);) lines += !line.empty();
+  EXPECT_EQ(lines, 1) << "nonfinite.jsonl keeps the abandoned attempt's record";
+}
+
 TEST_F(TrainCli, CudaGraphOnCpuIsRefusedBeforeAnythingIsWritten) {
   std::string out;
   EXPECT_EQ(run_keel(args("graph_cpu", "--set train.cuda_graph=true --set train.device=cpu"), &out), 2) << out;
