@@ -1,7 +1,10 @@
 // Small helpers shared by the test programs.
 #pragma once
 
+#include <stdexcept>
 #include <string>
+
+#include "config/choice.h"
 
 namespace keel_test {
 
@@ -16,5 +19,13 @@ void write_file(const std::string& path, const std::string& bytes);
 // English-like text from a small grammar: `docs` documents of 8 sentences,
 // separated by "%" lines. Deterministic in `seed`.
 std::string make_sentence_corpus(unsigned seed, int docs);
+
+// A choice key's enum value from its YAML name, for tests that loop over
+// names ("pre", "post", ...); an unknown name is a bug in the test.
+template <class E>
+E as(const std::string& name) {
+  if (auto e = keel::choice_from_name<E>(name)) return *e;
+  throw std::invalid_argument("no such choice: " + name);
+}
 
 }  // namespace keel_test

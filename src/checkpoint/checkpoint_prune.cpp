@@ -67,12 +67,15 @@ std::vector<std::string> CheckpointStore::prune(int64_t keep_last, int64_t keep_
       }
       continue;
     }
+    // One that would take a keep_last slot must be whole to the last byte: a
+    // corrupt one counted there would let a good older one be deleted. Those
+    // past the slots are about to go, so their sizes are enough.
+    const bool recent = recent_kept < keep_last;
     try {
-      verify(dir, VerifyLevel::sizes);  // cheap: complete enough to count as one of the newest
+      verify(dir, recent ? VerifyLevel::checksums : VerifyLevel::sizes);
     } catch (const Error&) {  // CheckpointError or FileError
       continue;  // corrupt: never counted, never deleted here; left for inspection
     }
-    const bool recent = recent_kept < keep_last;
     if (recent) ++recent_kept;
     const bool milestone = keep_every > 0 && step % keep_every == 0;
     if (recent || milestone || step == newest_valid_step) continue;
@@ -93,6 +96,22 @@ std::vector<std::string> CheckpointStore::prune(int64_t keep_last, int64_t keep_
 
   if (!removed.empty()) fsync_dir(checkpoints_dir_);
   return removed;
+}
+
+std::vector<int64_t> CheckpointStore::move_steps_after(int64_t step, const std::string& to_dir) {
+  std::vector<int64_t> moved;
+  if (!path_exists(checkpoints_dir_)) return moved;
+  for (const auto& [s, dir] : step_dirs()) {  // newest first
+    if (s <= step) break;
+    if (moved.empty()) ensure_directory(to_dir);
+    rename_path(dir, to_dir + "/" + base_name(dir));
+    moved.insert(moved.begin(), s);
+  }
+  if (!moved.empty()) {
+    fsync_dir(to_dir);
+    fsync_dir(checkpoints_dir_);
+  }
+  return moved;
 }
 
 }  // namespace keel

@@ -88,6 +88,12 @@ class CheckpointStore {
   // for inspection. Returns the removed directories.
   std::vector<std::string> prune(int64_t keep_last, int64_t keep_every);
 
+  // Moves every step directory newer than `step` (valid or not) into
+  // `to_dir` (created), by rename: a resume from an older checkpoint starts
+  // a new branch, and the abandoned checkpoints are kept there, out of reach
+  // of --resume auto and of prune. Returns the steps moved, oldest first.
+  std::vector<int64_t> move_steps_after(int64_t step, const std::string& to_dir);
+
  private:
   // (step, dir) of every step_<N> directory, newest first.
   std::vector<std::pair<int64_t, std::string>> step_dirs() const;

@@ -57,14 +57,20 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// numel * itemsize, or throws if it does not fit in 64 bits.
+// numel * itemsize, or throws if it does not fit in 63 bits. The product of
+// the non-zero dimensions must fit too: [0, 2^62, 2^62] has no bytes, but
+// LibTorch refuses to make it (as c10's own numel check does).
 uint64_t byte_size(const std::vector<int64_t>& shape, uint64_t itemsize, const std::string& path,
                    const std::string& name) {
-  uint64_t n = itemsize;
-  for (int64_t d : shape)
-    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n))
-      throw checkpoint_error(path, "tensor '" + name + "': shape " + shape_text(shape) +
-                                       " overflows 64-bit byte counts");
+  uint64_t n = itemsize, nonzero = itemsize;
+  bool overflow = false;
+  for (int64_t d : shape) {
+    overflow |= __builtin_mul_overflow(n, static_cast<uint64_t>(d), &n);
+    if (d != 0) overflow |= __builtin_mul_overflow(nonzero, static_cast<uint64_t>(d), &nonzero);
+  }
+  if (overflow || nonzero > static_cast<uint64_t>(INT64_MAX))
+    throw checkpoint_error(path, "tensor '" + name + "': shape " + shape_text(shape) +
+                                     " overflows 64-bit element or byte counts");
   return n;
 }
 

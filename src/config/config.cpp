@@ -31,7 +31,11 @@ static Config load_from_node(const YAML::Node* root, const std::string& source,
   Config config;
   Schema schema = make_schema(config);
   ConfigErrors errors;
-  if (root) schema.apply_yaml(*root, source, errors);
+  try {
+    if (root) schema.apply_yaml(*root, source, errors);
+  } catch (const YAML::Exception& ex) {  // e.g. a key that is a list: no scalar to convert
+    errors.add(source, "YAML error at line " + std::to_string(ex.mark.line + 1) + ": " + ex.msg);
+  }
   for (const auto& o : overrides) schema.apply_override(o, errors);
   // Type errors leave defaults in place; still run the cross-key checks so
   // one pass reports everything.

@@ -10,16 +10,44 @@
 #include <string>
 #include <vector>
 
+#include "config/choice.h"
 #include "config/data_config.h"
 #include "config/schema.h"
 
 namespace keel {
 
+// The choice keys' types. Each enum lists its YAML names once (KEEL_CHOICE);
+// a key may allow only some of an enum's values (model.norm: rms | layernorm).
+enum class NormKind { none, rms, layernorm, l2 };
+KEEL_CHOICE(NormKind, "none", "rms", "layernorm", "l2");
+enum class NormPlacement { pre, post, reordered, sandwich };
+KEEL_CHOICE(NormPlacement, "pre", "post", "reordered", "sandwich");
+enum class MlpKind { swiglu, geglu_tanh, gelu };
+KEEL_CHOICE(MlpKind, "swiglu", "geglu_tanh", "gelu");
+enum class QKNormScope { head, group, projection };
+KEEL_CHOICE(QKNormScope, "head", "group", "projection");
+enum class QKNormPosition { before_rope, after_rope };
+KEEL_CHOICE(QKNormPosition, "before_rope", "after_rope");
+enum class EmbedNorm { none, scale_sqrt_d, layernorm, rmsnorm };
+KEEL_CHOICE(EmbedNorm, "none", "scale_sqrt_d", "layernorm", "rmsnorm");
+enum class DeviceChoice { automatic, cpu, cuda };
+KEEL_CHOICE(DeviceChoice, "auto", "cpu", "cuda");
+enum class ScheduleKind { cosine, linear, constant, wsd };
+KEEL_CHOICE(ScheduleKind, "cosine", "linear", "constant", "wsd");
+enum class OptimizerImpl { automatic, fused, reference };
+KEEL_CHOICE(OptimizerImpl, "auto", "fused", "reference");
+enum class Precision { automatic, fp32, bf16 };
+KEEL_CHOICE(Precision, "auto", "fp32", "bf16");
+enum class NonfinitePolicy { halt, skip };
+KEEL_CHOICE(NonfinitePolicy, "halt", "skip");
+enum class DistBackend { automatic, nccl, gloo };
+KEEL_CHOICE(DistBackend, "auto", "nccl", "gloo");
+
 struct QKNormConfig {
-  std::string type = "none";            // none | rms | layernorm | l2
-  std::string scope = "head";           // head | group | projection
+  NormKind type = NormKind::none;       // none | rms | layernorm | l2
+  QKNormScope scope = QKNormScope::head;  // head | group | projection
   int64_t groups = 0;                   // group scope: number of head groups normalised together
-  std::string position = "before_rope"; // before_rope | after_rope
+  QKNormPosition position = QKNormPosition::before_rope;
   bool gain = true;                     // learnable per-dimension gain
   bool gain_per_head = false;           // head scope: one gain per head instead of shared
   bool bias = false;                    // layernorm: learnable bias (Chameleon)
@@ -46,11 +74,11 @@ struct ModelConfig {
   int64_t n_heads = 4;
   int64_t n_kv_heads = 2;
   int64_t d_ff = 0;                        // 0: 4*d_model (gelu) or 8/3*d_model rounded to 64 (gated)
-  std::string mlp = "swiglu";              // swiglu | geglu_tanh | gelu
-  std::string norm = "rms";                // rms | layernorm
+  MlpKind mlp = MlpKind::swiglu;           // swiglu | geglu_tanh | gelu
+  NormKind norm = NormKind::rms;           // rms | layernorm
   bool norm_unit_offset = false;           // every norm gain applied as (1 + w), w initialised to 0 (Gemma)
   double norm_eps = 1e-5;
-  std::string norm_placement = "pre";      // pre | post | reordered | sandwich
+  NormPlacement norm_placement = NormPlacement::pre;
   bool bias = false;
   bool tie_embeddings = false;
   bool rope = true;
@@ -58,10 +86,10 @@ struct ModelConfig {
   QKNormConfig qk_norm;
   std::optional<double> attn_softcap;      // null: off
   std::optional<double> final_softcap;     // null: off
-  std::string embed_norm = "none";         // none | scale_sqrt_d | layernorm | rmsnorm
+  EmbedNorm embed_norm = EmbedNorm::none; // none | scale_sqrt_d | layernorm | rmsnorm
   std::optional<double> query_pre_attn_scalar;  // null: scale = 1/sqrt(head_dim)
   // Other attention-logit stabilisers (see configs/README.md for sources).
-  std::string qkv_norm = "none";           // none | rms | layernorm: norm of the fused QKV output (Rybakov et al.)
+  NormKind qkv_norm = NormKind::none;      // none | rms | layernorm: norm of the fused QKV output (Rybakov et al.)
   std::optional<double> attn_logit_clamp;  // scores clipped to [-c, c] before softmax; null = off
   bool sigma_reparam = false;              // sigmaReparam on attention and MLP linears (Zhai et al. 2023)
   InitConfig init;
@@ -75,7 +103,7 @@ struct ModelConfig {
 };
 
 struct TrainConfig {
-  std::string device = "auto";             // auto | cpu | cuda
+  DeviceChoice device = DeviceChoice::automatic;  // auto | cpu | cuda
   std::optional<double> qk_clip_tau;       // QK-clip threshold (MuonClip); null = off
   int64_t max_steps = 600;
   int64_t batch_size = 16;                 // global batch, in sequences
@@ -85,7 +113,7 @@ struct TrainConfig {
   double lr = 3e-3;
   double min_lr = 3e-4;                    // schedule floor
   int64_t warmup_steps = 50;
-  std::string schedule = "cosine";         // cosine | linear | constant | wsd
+  ScheduleKind schedule = ScheduleKind::cosine;  // cosine | linear | constant | wsd
   double decay_fraction = 0.2;             // wsd: fraction of steps in the final decay
   double weight_decay = 0.1;
   bool independent_weight_decay = false;   // Wortsman et al.: decay not multiplied by lr/peak_lr
@@ -93,18 +121,18 @@ struct TrainConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  std::string optimizer_impl = "auto";     // auto | fused | reference
+  OptimizerImpl optimizer_impl = OptimizerImpl::automatic;  // auto | fused | reference
   double grad_clip = 1.0;                  // 0: off
   double z_loss = 0.0;
   int64_t loss_chunk_tokens = 8192;        // output head + loss over chunks of tokens (chunked_loss.h); 0: whole logits
-  std::string precision = "auto";          // auto | fp32 | bf16
+  Precision precision = Precision::automatic;  // auto | fp32 | bf16
   bool tf32 = true;
   bool cuda_graph = false;                 // capture the whole step as one CUDA graph (step_runner.h)
   int64_t threads = 0;                     // CPU threads; 0: all cores of this rank
   int64_t log_every = 10;
   int64_t eval_every = 100;
   int64_t eval_batches = 8;
-  std::string nonfinite = "halt";          // halt | skip
+  NonfinitePolicy nonfinite = NonfinitePolicy::halt;  // halt | skip
   std::string init_from = "";              // checkpoint or run dir whose weights start a fresh run
 };
 
@@ -131,7 +159,7 @@ struct CheckpointConfig {
 };
 
 struct DistConfig {
-  std::string backend = "auto";            // auto | nccl | gloo
+  DistBackend backend = DistBackend::automatic;  // auto | nccl | gloo
   double timeout_s = 300.0;
   double bucket_mb = 25.0;                 // gradient all-reduce bucket size (PyTorch DDP's default)
   bool overlap = true;                     // launch bucket all-reduces from gradient hooks during backward

@@ -9,7 +9,7 @@ void declare_data_keys(Schema& s, DataConfig& d) {
   s.text_list("data.sources", &d.sources,
               "text files, directories (recursive) or .jsonl files with a \"text\" field; any may be .gz");
   s.text("data.tokenizer", &d.tokenizer, "existing SentencePiece .model to reuse; empty = train one");
-  s.choice("data.tokenizer_type", &d.tokenizer_type, {"bpe", "unigram"}, "SentencePiece model type to train");
+  s.choice("data.tokenizer_type", &d.tokenizer_type, {}, "SentencePiece model type to train");
   auto& mb = s.integer("data.tokenizer_sample_mb", &d.tokenizer_sample_mb, "MB of text sampled to train the tokenizer");
   mb.min = 1;
   mb.max = 4096;

@@ -7,15 +7,20 @@
 #include <string>
 #include <vector>
 
+#include "config/choice.h"
+
 namespace keel {
 
 class Schema;
+
+enum class TokenizerType { bpe, unigram };  // SentencePiece model types
+KEEL_CHOICE(TokenizerType, "bpe", "unigram");
 
 struct DataConfig {
   std::string dir = "runs/data/default";   // prepared shards + manifest + tokenizer
   std::vector<std::string> sources = {"data/corpus.txt.gz"}; // inputs for `keel prepare`
   std::string tokenizer = "";              // existing .model to reuse; empty: train one
-  std::string tokenizer_type = "bpe";      // bpe | unigram
+  TokenizerType tokenizer_type = TokenizerType::bpe;  // bpe | unigram
   int64_t tokenizer_sample_mb = 16;        // MB of text used to train the tokenizer
   std::string doc_separator = "<|endoftext|>"; // text files: a line equal to this ends a document
   double val_fraction = 0.05;              // documents held out for validation (by hash)

@@ -9,7 +9,7 @@ namespace keel {
 
 int64_t ModelConfig::ffn_dim() const {
   if (d_ff > 0) return d_ff;
-  if (mlp == "gelu") return 4 * d_model;
+  if (mlp == MlpKind::gelu) return 4 * d_model;
   // A gated MLP (SwiGLU, GeGLU) keeps the parameter count of a 4x GELU MLP: 2/3 * 4d, rounded up to 64.
   int64_t raw = (8 * d_model + 2) / 3;
   return (raw + 63) / 64 * 64;
@@ -28,15 +28,15 @@ void declare_model_keys(Schema& s, ModelConfig& m) {
   s.integer("model.d_ff", &m.d_ff,
             "MLP hidden width; 0 = 4*d_model (gelu) or 8/3*d_model rounded to 64 (swiglu, geglu_tanh)")
       .min = 0;
-  s.choice("model.mlp", &m.mlp, {"swiglu", "geglu_tanh", "gelu"},
+  s.choice("model.mlp", &m.mlp, {},
            "MLP type: swiglu down(silu(gate x) * up x) (Llama, Qwen3, OLMo 2); geglu_tanh the same with "
            "the tanh-approximated GELU (Gemma's gelu_pytorch_tanh); gelu down(gelu(up x)), exact erf GELU (GPT-2)");
-  s.choice("model.norm", &m.norm, {"rms", "layernorm"}, "norm used in blocks and the final norm");
+  s.choice("model.norm", &m.norm, {NormKind::rms, NormKind::layernorm}, "norm used in blocks and the final norm");
   s.boolean("model.norm_unit_offset", &m.norm_unit_offset,
             "every norm gain (blocks, final, QK-Norm, embedding) is applied as x_hat*(1+w) with w initialised "
             "to 0, Gemma's RMSNorm form; false: x_hat*w with w initialised to 1");
   s.real("model.norm_eps", &m.norm_eps, "epsilon of block and final norms").min = 0;
-  s.choice("model.norm_placement", &m.norm_placement, {"pre", "post", "reordered", "sandwich"},
+  s.choice("model.norm_placement", &m.norm_placement, {},
            "block layout: pre x+f(n(x)); post n(x+f(x)); reordered (OLMo 2) x+n(f(x)); "
            "sandwich (Gemma 2) x+n2(f(n1(x)))");
   s.boolean("model.bias", &m.bias, "biases in linear layers and LayerNorms");
@@ -44,16 +44,16 @@ void declare_model_keys(Schema& s, ModelConfig& m) {
   s.boolean("model.rope", &m.rope, "rotary position embeddings on q and k");
   s.real("model.rope_theta", &m.rope_theta, "RoPE base frequency").min = 1;
 
-  s.choice("model.qk_norm.type", &m.qk_norm.type, {"none", "rms", "layernorm", "l2"},
+  s.choice("model.qk_norm.type", &m.qk_norm.type, {},
            "normalisation of queries and keys before the dot product");
-  s.choice("model.qk_norm.scope", &m.qk_norm.scope, {"head", "group", "projection"},
+  s.choice("model.qk_norm.scope", &m.qk_norm.scope, {},
            "normalise each head's vector (Qwen3), groups of heads together (model.qk_norm.groups), or the "
            "whole projection (OLMo 2)");
   s.integer("model.qk_norm.groups", &m.qk_norm.groups,
             "group scope: number of head groups; queries are normalised over n_heads/groups heads at a "
             "time, keys over n_kv_heads/min(groups, n_kv_heads); 1 = projection scope, n_heads = head scope")
       .min = 0;
-  s.choice("model.qk_norm.position", &m.qk_norm.position, {"before_rope", "after_rope"},
+  s.choice("model.qk_norm.position", &m.qk_norm.position, {},
            "apply the norm before or after the rotary embedding");
   s.boolean("model.qk_norm.gain", &m.qk_norm.gain, "learnable per-dimension gain, initialised to 1");
   s.boolean("model.qk_norm.gain_per_head", &m.qk_norm.gain_per_head,
@@ -80,7 +80,7 @@ void declare_model_keys(Schema& s, ModelConfig& m) {
                              "cap*tanh(z/cap) on output logits, fp32 (Gemma 2: 30); null = off");
   fc.min = 0;
   fc.min_exclusive = true;
-  s.choice("model.embed_norm", &m.embed_norm, {"none", "scale_sqrt_d", "layernorm", "rmsnorm"},
+  s.choice("model.embed_norm", &m.embed_norm, {},
            "after the embedding lookup: Gemma's sqrt(d) scale, BLOOM's LayerNorm, or a "
            "parameter-free RMSNorm (modded-nanogpt)");
   auto& q = s.optional_real("model.query_pre_attn_scalar", &m.query_pre_attn_scalar,
@@ -88,7 +88,7 @@ void declare_model_keys(Schema& s, ModelConfig& m) {
   q.min = 0;
   q.min_exclusive = true;
 
-  s.choice("model.qkv_norm", &m.qkv_norm, {"none", "rms", "layernorm"},
+  s.choice("model.qkv_norm", &m.qkv_norm, {NormKind::none, NormKind::rms, NormKind::layernorm},
            "QKV-norm (Rybakov et al. 2024, arXiv 2410.16682): a norm over the concatenated q, k, v "
            "projection outputs, and no pre-attention norm in the block (pre layout)");
   auto& cl = s.optional_real("model.attn_logit_clamp", &m.attn_logit_clamp,
@@ -124,13 +124,13 @@ void check_model(const ModelConfig& m, ConfigErrors& e) {
                                " is odd; RoPE rotates pairs of dimensions (set model.rope: false or "
                                "change d_model/n_heads)");
   const auto& q = m.qk_norm;
-  if (q.type == "l2" && q.bias)
+  if (q.type == NormKind::l2 && q.bias)
     e.add("model.qk_norm.bias", "only the layernorm type has a bias");
-  if (q.type == "rms" && q.bias)
+  if (q.type == NormKind::rms && q.bias)
     e.add("model.qk_norm.bias", "RMSNorm has no bias; use type: layernorm");
-  if (q.type != "l2" && q.temperature_init)
-    e.add("model.qk_norm.temperature_init", "only used with type: l2 (got type: " + q.type + ")");
-  if (q.type == "l2") {
+  if (q.type != NormKind::l2 && q.temperature_init)
+    e.add("model.qk_norm.temperature_init", "only used with type: l2 (got type: " + name_of(q.type) + ")");
+  if (q.type == NormKind::l2) {
     int64_t L = q.henry_seq_len > 0 ? q.henry_seq_len : m.max_seq_len;
     if (!q.temperature_init && L < 2)
       e.add("model.qk_norm.henry_seq_len", "log2(L^2-L) needs L >= 2");
@@ -138,10 +138,10 @@ void check_model(const ModelConfig& m, ConfigErrors& e) {
       e.add("model.query_pre_attn_scalar",
             "conflicts with model.qk_norm.type: l2, whose temperature replaces the attention scale");
   }
-  if (q.scope == "group") {
+  if (q.scope == QKNormScope::group) {
     const int64_t g = q.groups;
-    if (q.type == "none" || q.type == "l2")
-      e.add("model.qk_norm.scope", "group scope needs type rms or layernorm (got " + q.type + ")");
+    if (q.type == NormKind::none || q.type == NormKind::l2)
+      e.add("model.qk_norm.scope", "group scope needs type rms or layernorm (got " + name_of(q.type) + ")");
     else if (g <= 0 || m.n_heads % g != 0)
       e.add("model.qk_norm.groups", std::to_string(g) + " must be positive and divide model.n_heads = " +
                                         std::to_string(m.n_heads));
@@ -151,10 +151,10 @@ void check_model(const ModelConfig& m, ConfigErrors& e) {
   } else if (q.groups != 0) {
     e.add("model.qk_norm.groups", "only used with model.qk_norm.scope: group");
   }
-  if (m.qkv_norm != "none" && m.norm_placement != "pre")
+  if (m.qkv_norm != NormKind::none && m.norm_placement != NormPlacement::pre)
     e.add("model.qkv_norm", "replaces the pre-attention norm, so it needs model.norm_placement: pre (got " +
-                                m.norm_placement + ")");
-  if (q.scope == "projection" && q.gain_per_head)
+                                name_of(m.norm_placement) + ")");
+  if (q.scope == QKNormScope::projection && q.gain_per_head)
     e.add("model.qk_norm.gain_per_head", "projection scope already has one gain per dimension of "
                                          "the whole projection");
 }

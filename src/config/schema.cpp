@@ -3,9 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <iomanip>
 #include <limits>
+#include <set>
 #include <sstream>
 
 namespace keel {
@@ -61,12 +65,6 @@ KeyDef& Schema::boolean(const std::string& p, bool* f, const std::string& h) {
 }
 KeyDef& Schema::text(const std::string& p, std::string* f, const std::string& h) {
   return add(p, KeyKind::text, f, h);
-}
-KeyDef& Schema::choice(const std::string& p, std::string* f, std::vector<std::string> choices,
-                       const std::string& h) {
-  KeyDef& key = add(p, KeyKind::choice, f, h);
-  key.choices = std::move(choices);
-  return key;
 }
 KeyDef& Schema::text_list(const std::string& p, std::vector<std::string>* f, const std::string& h) {
   return add(p, KeyKind::text_list, f, h);
@@ -129,9 +127,18 @@ void Schema::apply_yaml(const YAML::Node& root, const std::string& source, Confi
 
 void Schema::apply_node(const std::string& prefix, const YAML::Node& node, const std::string& source,
                         ConfigErrors& errors) {
+  std::set<std::string> seen;  // YAML would silently take the last of two equal keys
   for (const auto& item : node) {
+    if (!item.first.IsScalar()) {
+      errors.add(prefix.empty() ? "(top level)" : prefix, "a key that is not a plain name" + where_of(item.first, source));
+      continue;
+    }
     std::string name = item.first.as<std::string>();
     std::string path = prefix.empty() ? name : prefix + "." + name;
+    if (!seen.insert(name).second) {
+      errors.add(path, "duplicate key" + where_of(item.first, source) + "; each key may appear once");
+      continue;
+    }
     const YAML::Node& value = item.second;
     if (const KeyDef* key = find(path)) {
       set_value(*key, value, where_of(value, source), errors);
@@ -174,15 +181,13 @@ static bool parse_int(const std::string& s, int64_t* out) {
   return used == s.size();
 }
 
+// strtod rather than stod: stod refuses subnormals (ERANGE on underflow),
+// which format_number writes and must read back.
 static bool parse_real(const std::string& s, double* out) {
-  if (s.empty()) return false;
-  size_t used = 0;
-  try {
-    *out = std::stod(s, &used);
-  } catch (...) {
-    return false;
-  }
-  return used == s.size() && std::isfinite(*out);
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
+  char* end = nullptr;
+  *out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(*out);
 }
 
 static bool is_null_scalar(const YAML::Node& v) {
@@ -251,7 +256,7 @@ void Schema::set_value(const KeyDef& key, const YAML::Node& value, const std::st
         for (const auto& c : key.choices) all += (all.empty() ? "" : " | ") + c;
         return bad("one of " + all);
       }
-      *static_cast<std::string*>(key.target) = s;
+      key.choice_set(s);
       break;
     }
     case KeyKind::text_list: break;
@@ -284,24 +289,56 @@ void Schema::apply_override(const std::string& assignment, ConfigErrors& errors)
   set_value(*key, value, " (from --set)", errors);
 }
 
+// The shortest decimal that reads back as exactly v (at most 17 digits), so a
+// saved config.yaml reloads to the identical config.
 static std::string format_number(double v) {
-  std::ostringstream os;
-  os << std::setprecision(10) << v;
-  std::string s = os.str();
+  std::string s;
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::ostringstream os;
+    os << std::setprecision(digits) << v;
+    s = os.str();
+    if (std::strtod(s.c_str(), nullptr) == v) break;
+  }
   // Keep floats recognisable as floats in YAML ("1" would read back as int,
   // which is fine for us, but "1.0" says what the key is).
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
   return s;
 }
 
+// Plain only when YAML cannot read the text as anything but this string:
+// letters, digits and _ . / - (not first), and no word YAML gives a meaning
+// (null, ~, booleans in any spelling, numbers). Everything else is written
+// double-quoted with escapes, control characters included.
+static bool plain_scalar_reads_back(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_' || s[0] == '/')) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '/' || c == '-')) return false;
+  std::string lower;
+  for (char c : s) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const char* special[] = {"null", "true", "false", "yes", "no", "on", "off", "y", "n", ".inf", ".nan"};
+  for (const char* w : special)
+    if (lower == w) return false;
+  return true;
+}
+
 static std::string quote_if_needed(const std::string& s) {
-  bool plain = !s.empty() && s.find_first_of(":#{}[],&*!|>'\"%@`") == std::string::npos &&
-               s.front() != ' ' && s.back() != ' ' && s != "null" && s != "true" && s != "false";
-  if (plain) return s;
+  if (plain_scalar_reads_back(s)) return s;
   std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);  // UTF-8 bytes stay as they are
+    }
   }
   return out + "\"";
 }
@@ -315,8 +352,8 @@ std::string Schema::value_string(const KeyDef& key) const {
       return v ? format_number(*v) : "null";
     }
     case KeyKind::boolean: return *static_cast<const bool*>(key.target) ? "true" : "false";
-    case KeyKind::text:
-    case KeyKind::choice: return quote_if_needed(*static_cast<const std::string*>(key.target));
+    case KeyKind::text: return quote_if_needed(*static_cast<const std::string*>(key.target));
+    case KeyKind::choice: return quote_if_needed(key.choice_get());
     case KeyKind::text_list: {
       const auto& v = *static_cast<const std::vector<std::string>*>(key.target);
       std::string out = "[";
@@ -393,6 +430,13 @@ std::string Schema::describe(bool markdown) const {
 
 void Schema::check_bounds(ConfigErrors& errors) const {
   for (const auto& key : keys_) {
+    if (key.kind == KeyKind::choice) {
+      // A value set in code (not parsed) may still be outside this key's subset.
+      std::string name = key.choice_get();
+      if (std::find(key.choices.begin(), key.choices.end(), name) == key.choices.end())
+        errors.add(key.path, name + " is not allowed here; must be one of " + bounds_text(key));
+      continue;
+    }
     double v;
     if (key.kind == KeyKind::integer) v = static_cast<double>(*static_cast<const int64_t*>(key.target));
     else if (key.kind == KeyKind::real) v = *static_cast<const double*>(key.target);

@@ -8,10 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "config/choice.h"
 #include "util/error.h"
 
 namespace YAML { class Node; }
@@ -25,7 +27,9 @@ struct KeyDef {
   KeyKind kind;
   std::string help;
   void* target = nullptr;                 // field inside the bound Config
-  std::vector<std::string> choices;       // for KeyKind::choice
+  std::vector<std::string> choices;       // KeyKind::choice: the names this key accepts
+  std::function<std::string()> choice_get;             // KeyKind::choice: the field's name
+  std::function<void(const std::string&)> choice_set;  // KeyKind::choice: set by a name from choices
   std::optional<double> min, max;         // inclusive bounds for numbers
   bool min_exclusive = false;             // "> min" instead of ">= min"
 };
@@ -40,8 +44,18 @@ class Schema {
                         const std::string& help);
   KeyDef& boolean(const std::string& path, bool* field, const std::string& help);
   KeyDef& text(const std::string& path, std::string* field, const std::string& help);
-  KeyDef& choice(const std::string& path, std::string* field,
-                 std::vector<std::string> choices, const std::string& help);
+  // A choice key bound to an enum field, accepting `allowed` (every value of E when empty).
+  template <class E>
+  KeyDef& choice(const std::string& path, E* field, std::vector<E> allowed, const std::string& help) {
+    KeyDef& key = add(path, KeyKind::choice, field, help);
+    if (allowed.empty())
+      key.choices = ChoiceNames<E>::names();
+    else
+      for (E e : allowed) key.choices.push_back(name_of(e));
+    key.choice_get = [field] { return name_of(*field); };
+    key.choice_set = [field](const std::string& name) { *field = *choice_from_name<E>(name); };
+    return key;
+  }
   KeyDef& text_list(const std::string& path, std::vector<std::string>* field,
                     const std::string& help);
 

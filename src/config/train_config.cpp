@@ -2,12 +2,13 @@
 // checkpoint, dist and run.
 #include "config/config.h"
 
+#include "util/text.h"
 #include "util/utf8.h"
 
 namespace keel {
 
 void declare_train_keys(Schema& s, TrainConfig& t) {
-  s.choice("train.device", &t.device, {"auto", "cpu", "cuda"}, "auto = cuda when available");
+  s.choice("train.device", &t.device, {}, "auto = cuda when available");
   auto& clip = s.optional_real("train.qk_clip_tau", &t.qk_clip_tau,
                                "QK-clip (MuonClip, Kimi K2): after each step, heads whose max attention logit "
                                "exceeded tau get W_q, W_k rescaled to bring it to tau; null = off");
@@ -28,7 +29,7 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   lr.min_exclusive = true;
   s.real("train.min_lr", &t.min_lr, "learning-rate floor at the end of the decay").min = 0;
   s.integer("train.warmup_steps", &t.warmup_steps, "linear warm-up steps from 0 to train.lr").min = 0;
-  s.choice("train.schedule", &t.schedule, {"cosine", "linear", "constant", "wsd"},
+  s.choice("train.schedule", &t.schedule, {},
            "decay after warm-up (wsd = warmup-stable-decay)");
   auto& df = s.real("train.decay_fraction", &t.decay_fraction, "wsd: fraction of steps spent decaying");
   df.min = 0;
@@ -46,14 +47,14 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   auto& ep = s.real("train.eps", &t.eps, "AdamW epsilon");
   ep.min = 0;
   ep.min_exclusive = true;
-  s.choice("train.optimizer_impl", &t.optimizer_impl, {"auto", "fused", "reference"},
+  s.choice("train.optimizer_impl", &t.optimizer_impl, {},
            "AdamW kernel: fused (at::_fused_adamw_, CPU and CUDA) or the readable reference loop");
   s.real("train.grad_clip", &t.grad_clip, "global gradient-norm clip; 0 = off").min = 0;
   s.real("train.z_loss", &t.z_loss, "coefficient of the z-loss (log Z)^2; 0 = off (PaLM: 1e-4)").min = 0;
   s.integer("train.loss_chunk_tokens", &t.loss_chunk_tokens,
             "tokens per chunk of the fused output head + cross-entropy: logits and their gradient exist for "
             "this many tokens at a time, never [tokens, vocab] whole; 0 = whole logits").min = 0;
-  s.choice("train.precision", &t.precision, {"auto", "fp32", "bf16"},
+  s.choice("train.precision", &t.precision, {},
            "auto = bf16 autocast on CUDA, fp32 on CPU; bf16 = bf16 autocast on either (fp32 weights, loss and "
            "norms; on the CPU fast only with AVX-512 BF16 or AMX)");
   s.boolean("train.tf32", &t.tf32, "allow TF32 matmuls on CUDA");
@@ -66,7 +67,7 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   s.integer("train.eval_every", &t.eval_every, "steps between validation evals; 0 = only at the end").min = 0;
   s.integer("train.eval_batches", &t.eval_batches, "validation batches per eval, each of micro_batch_size sequences (batch_size when unset), split "
             "over the ranks: the same windows for any number of ranks").min = 1;
-  s.choice("train.nonfinite", &t.nonfinite, {"halt", "skip"},
+  s.choice("train.nonfinite", &t.nonfinite, {},
            "on a non-finite loss or gradient: halt (exit 3) or skip the update");
   s.text("train.init_from", &t.init_from,
          "checkpoint or run directory (its newest checkpoint) whose weights start a fresh run, e.g. one "
@@ -109,7 +110,7 @@ void declare_checkpoint_keys(Schema& s, CheckpointConfig& c) {
 }
 
 void declare_dist_keys(Schema& s, DistConfig& d) {
-  s.choice("dist.backend", &d.backend, {"auto", "nccl", "gloo"}, "auto = nccl on CUDA, gloo on CPU");
+  s.choice("dist.backend", &d.backend, {}, "auto = nccl on CUDA, gloo on CPU");
   auto& t = s.real("dist.timeout_s", &d.timeout_s,
                    "rendezvous and collective timeout in seconds; a dead or hung worker ends the others' run "
                    "after at most this long");
@@ -134,8 +135,8 @@ void declare_run_keys(Schema& s, RunConfig& r) {
 
 void check_train(const Config& c, ConfigErrors& e) {
   const auto& t = c.train;
-  if (t.qk_clip_tau && c.model.qk_norm.type != "none")
-    e.add("train.qk_clip_tau", "QK-clip rescales W_q and W_k, which model.qk_norm (" + c.model.qk_norm.type +
+  if (t.qk_clip_tau && c.model.qk_norm.type != NormKind::none)
+    e.add("train.qk_clip_tau", "QK-clip rescales W_q and W_k, which model.qk_norm (" + name_of(c.model.qk_norm.type) +
                                    ") normalises away; use one or the other");
   if (t.cuda_graph) {  // these need the host between the phases of a step (step_runner.h)
     const std::string why = " needs the host in the middle of a step, which a CUDA graph replays in one piece";
@@ -143,7 +144,7 @@ void check_train(const Config& c, ConfigErrors& e) {
     if (c.monitor.layer_grad_norms) e.add("train.cuda_graph", "monitor.layer_grad_norms" + why);
     if (t.qk_clip_tau) e.add("train.cuda_graph", "train.qk_clip_tau" + why);
     if (c.model.sigma_reparam) e.add("train.cuda_graph", "model.sigma_reparam" + why);
-    if (t.optimizer_impl == "reference")  // its per-step lr.item() cannot run inside a capture
+    if (t.optimizer_impl == OptimizerImpl::reference)  // its per-step lr.item() cannot run inside a capture
       e.add("train.cuda_graph", "train.optimizer_impl: reference" + why + " (it reads the learning rate on the host)");
   }
   if (t.warmup_steps > t.max_steps)
@@ -162,9 +163,9 @@ void check_train(const Config& c, ConfigErrors& e) {
     e.add("train.micro_batch_size", std::to_string(t.micro_batch_size) +
                                         " does not divide the global batch of " + std::to_string(batch) +
                                         " sequences");
-  if (c.run.name.empty() || c.run.name.find('/') != std::string::npos || c.run.name == "." ||
-      c.run.name == "..")
-    e.add("run.name", "'" + c.run.name + "' must be a non-empty name without '/'");
+  if (!is_plain_file_name(c.run.name))
+    e.add("run.name", "'" + c.run.name + "' must be a directory name: non-empty, at most 255 bytes, without '/', "
+                      "not . or ..");
   // Paths keel writes under and names in JSON (summaries, manifests): a
   // non-UTF-8 byte would pass here and fail every save at the end of training.
   for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"run.name", &c.run.name},

@@ -19,8 +19,10 @@
 #include "data/tokenizer.h"
 #include "data/tokenizer_train.h"
 #include "util/error.h"
+#include "util/dir_lock.h"
 #include "util/fs.h"
 #include "util/hashing.h"
+#include "util/text.h"
 
 namespace keel {
 
@@ -39,14 +41,6 @@ std::string strip_slashes(std::string dir) {
   return dir;
 }
 
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char b[32];
-  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return b;
-}
 
 // Cheap checks that the files the manifest lists are present and whole.
 void check_files(const std::string& dir, const DataManifest& m) {
@@ -95,7 +89,7 @@ std::string make_tokenizer(const Config& c, const std::vector<SourceFile>& files
   std::string proto;
   if (c.data.tokenizer.empty()) {
     TokenizerTrainOptions to;
-    to.type = c.data.tokenizer_type;
+    to.type = name_of(c.data.tokenizer_type);
     to.vocab_size = c.model.vocab_size;
     to.sample_bytes = c.data.tokenizer_sample_mb << 20;
     to.separator = c.data.doc_separator;
@@ -134,13 +128,6 @@ std::string make_tokenizer(const Config& c, const std::vector<SourceFile>& files
   return proto;
 }
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) throw data_error(path, std::string("write error: ") + std::strerror(errno));
-}
-
 PrepareResult prepare_locked(const Config& c, const PrepareOptions& o, const std::string& dir) {
   const auto t0 = Clock::now();
   std::vector<SourceFile> files = expand_sources(c.data.sources);
@@ -171,7 +158,7 @@ PrepareResult prepare_locked(const Config& c, const PrepareOptions& o, const std
   m.created = utc_now();
   m.keel_version = KEEL_VERSION;
   const std::string proto = make_tokenizer(c, files, m.tokenizer, o);
-  write_file(tmp.path() + "/" + kTokenizerFile, proto);
+  write_file_durably(tmp.path() + "/" + kTokenizerFile, proto);  // fsynced like the shards before the rename
   m.tokenizer.sha256 = sha256_hex(proto);
   m.tokenizer_seconds = m.tokenizer.seconds;
   m.dtype = token_bytes_for_vocab(m.tokenizer.vocab_size) == 2 ? "uint16" : "uint32";
@@ -212,7 +199,7 @@ PrepareResult prepare_locked(const Config& c, const PrepareOptions& o, const std
 PrepareResult prepare_data(const Config& c, const PrepareOptions& o) {
   const std::string dir = strip_slashes(c.data.dir);
   ensure_directory(dir_name(dir));
-  DirLock lock(dir, [&](const std::string& line) { say(o, line); });
+  DirLock lock(dir + ".lock", WaitForLock{[&](const std::string& line) { say(o, line); }});
   return prepare_locked(c, o, dir);
 }
 

@@ -1,7 +1,6 @@
 #include "data/staging.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,25 +12,6 @@
 #include "util/fs.h"
 
 namespace keel {
-
-DirLock::DirLock(const std::string& dir, const std::function<void(const std::string&)>& on_wait) {
-  const std::string path = dir + ".lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw data_error(path, std::string("cannot create lock file: ") + std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
-  if (on_wait) on_wait("waiting for another keel preparing " + dir + " (" + path + ")");
-  while (::flock(fd_, LOCK_EX) != 0) {
-    if (errno == EINTR) continue;
-    std::string why = std::strerror(errno);
-    ::close(fd_);
-    throw data_error(path, "flock failed: " + why);
-  }
-}
-
-DirLock::~DirLock() {
-  ::flock(fd_, LOCK_UN);
-  ::close(fd_);
-}
 
 StagingDir::StagingDir(const std::string& target) : target_(target) {
   std::string tmpl = target + ".tmp-XXXXXX";

@@ -1,8 +1,8 @@
 // How `keel prepare` writes a data directory so that no reader ever sees a
 // half-written one:
-//   - DirLock: an exclusive flock on "<dir>.lock" serializes every prepare of
-//     the same directory (e.g. all ranks calling ensure_prepared at once).
-//     The kernel drops it when the process dies: no stale locks.
+//   - util/dir_lock.h's DirLock, waiting: an exclusive flock on "<dir>.lock"
+//     serializes every prepare of the same directory (e.g. all ranks calling
+//     ensure_prepared at once). The kernel drops it when the process dies.
 //   - StagingDir: output goes to a fresh "<dir>.tmp-XXXXXX" beside the target,
 //     removed on failure; commit() renames it into place (moving an old
 //     directory aside to "<dir>.old-PID" first and deleting it after).
@@ -14,18 +14,6 @@
 #include <string>
 
 namespace keel {
-
-class DirLock {
- public:
-  // Blocks until the lock is free; `on_wait` is called once if it is not.
-  DirLock(const std::string& dir, const std::function<void(const std::string&)>& on_wait);
-  ~DirLock();
-  DirLock(const DirLock&) = delete;
-  DirLock& operator=(const DirLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
 
 class StagingDir {
  public:

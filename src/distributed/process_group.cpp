@@ -44,15 +44,16 @@ bool is_loopback(const std::string& addr) {
 
 }  // namespace
 
-std::string resolve_backend(const std::string& requested, bool cuda_device) {
-  const std::string b = requested == "auto" ? (cuda_device ? "nccl" : "gloo") : requested;
-  if (b == "nccl") {
+DistBackend resolve_backend(DistBackend requested, bool cuda_device) {
+  const DistBackend b =
+      requested == DistBackend::automatic ? (cuda_device ? DistBackend::nccl : DistBackend::gloo) : requested;
+  if (b == DistBackend::nccl) {
     if (!cuda_device) throw DistError("dist.backend is nccl but training runs on the CPU; use gloo (or auto)");
 #ifndef KEEL_WITH_NCCL
     throw DistError("dist.backend nccl: this keel was built without NCCL (LibTorch without CUDA, or nccl.h not "
                     "found at configure time)");
 #endif
-  } else if (b == "gloo") {
+  } else if (b == DistBackend::gloo) {
 #ifndef KEEL_WITH_GLOO
     throw DistError("dist.backend gloo: this keel was built without the Gloo headers (Debian: libgloo-dev); "
                     "install them and rebuild (scripts/setup.sh does)");
@@ -64,7 +65,7 @@ std::string resolve_backend(const std::string& requested, bool cuda_device) {
 Dist::Dist() : h_(std::make_unique<Handles>()) {}
 Dist::~Dist() = default;
 
-Dist::Dist(const DistEnv& env, const std::string& backend, double timeout_s)
+Dist::Dist(const DistEnv& env, DistBackend backend, double timeout_s)
     : env_(env), backend_(backend), timeout_s_(timeout_s), h_(std::make_unique<Handles>()) {
   if (!env.distributed()) return;
   // Under torchrun the store may be its agent's, which outlives the workers
@@ -139,7 +140,7 @@ Dist::Dist(const DistEnv& env, const std::string& backend, double timeout_s)
   }
   // 3. The backend, over the same store.
   try {
-    if (backend == "nccl") {
+    if (backend == DistBackend::nccl) {
 #ifdef KEEL_WITH_NCCL
       auto o = c10d::ProcessGroupNCCL::Options::create();
       o->timeout = to_ms(timeout_s);
@@ -159,12 +160,12 @@ Dist::Dist(const DistEnv& env, const std::string& backend, double timeout_s)
 #endif
     }
   } catch (const std::exception& e) {
-    throw DistError("rank " + me + ": could not start the " + backend + " backend: " + std::string(e.what()).substr(0, 500));
+    throw DistError("rank " + me + ": could not start the " + name_of(backend) + " backend: " + std::string(e.what()).substr(0, 500));
   }
-  if (!h_->backend) throw DistError("dist backend '" + backend + "' is not available in this build");
+  if (!h_->backend) throw DistError("dist backend '" + name_of(backend) + "' is not available in this build");
 }
 
-bool host_waits_for_collectives(const std::string& backend) { return backend != "nccl"; }
+bool host_waits_for_collectives(DistBackend backend) { return backend != DistBackend::nccl; }
 
 void Dist::wait(const Work& work, const char* what) {
   if (!work) return;
@@ -243,7 +244,7 @@ void Dist::barrier(const char* what) {
   if (!distributed()) return;
   // An all-reduce of one element rather than Backend::barrier: NCCL's
   // barrier guesses a device, and this one honours the timeout the same way.
-  auto opts = torch::TensorOptions().device(backend_ == "nccl" ? torch::Device(torch::kCUDA, env_.local_rank)
+  auto opts = torch::TensorOptions().device(backend_ == DistBackend::nccl ? torch::Device(torch::kCUDA, env_.local_rank)
                                                                : torch::Device(torch::kCPU));
   auto t = torch::zeros({1}, opts);
   all_reduce_sum(t, what);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"  // DistBackend
 #include "distributed/dist_env.h"
 
 namespace keel {
@@ -27,7 +28,7 @@ class Dist {
   // Rendezvous and backend ("nccl" or "gloo"). Throws DistError with a
   // message that names the cause (port in use, master unreachable, ranks
   // missing) when it cannot connect within timeout_s.
-  Dist(const DistEnv& env, const std::string& backend, double timeout_s);
+  Dist(const DistEnv& env, DistBackend backend, double timeout_s);
   ~Dist();
   Dist(const Dist&) = delete;
   Dist& operator=(const Dist&) = delete;
@@ -36,7 +37,7 @@ class Dist {
   int world() const { return env_.world_size; }
   bool distributed() const { return env_.distributed(); }
   const DistEnv& env() const { return env_; }
-  const std::string& backend() const { return backend_; }
+  DistBackend backend() const { return backend_; }
   double timeout_s() const { return timeout_s_; }
 
   // In-place all-reduces (blocking for the caller's stream). Tensors live on
@@ -64,7 +65,7 @@ class Dist {
 
  private:
   DistEnv env_;
-  std::string backend_ = "none";
+  DistBackend backend_ = DistBackend::automatic;  // a job of one has none
   double timeout_s_ = 300;
   int64_t exchange_seq_ = 0;
   std::string key_prefix_ = "keel/";  // store keys; per torchrun restart
@@ -74,11 +75,11 @@ class Dist {
 
 // "nccl" or "gloo" for dist.backend ("auto" picks by device); throws
 // DistError when the build lacks it or it does not fit the device.
-std::string resolve_backend(const std::string& requested, bool cuda_device);
+DistBackend resolve_backend(DistBackend requested, bool cuda_device);
 
 // Whether Dist::wait blocks the host until a collective is done (Gloo), or
 // only orders the CUDA stream after it (NCCL: the host runs ahead, and the
 // process group's watchdog enforces dist.timeout_s).
-bool host_waits_for_collectives(const std::string& backend);
+bool host_waits_for_collectives(DistBackend backend);
 
 }  // namespace keel

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "util/json.h"
 
@@ -23,8 +24,8 @@ ojson scalar_value(double v) {
   return ojson(v);
 }
 
-std::string activation_name(const std::string& mlp) {
-  return mlp == "geglu_tanh" ? "gelu_pytorch_tanh" : "silu";  // swiglu
+std::string activation_name(MlpKind mlp) {
+  return mlp == MlpKind::geglu_tanh ? "gelu_pytorch_tanh" : "silu";  // swiglu
 }
 
 }  // namespace
@@ -115,8 +116,10 @@ class Fields {
       e_.add("config.json: " + k, "missing");
       return 1;
     }
-    if (!j_[k].is_number_integer() || j_[k].get<int64_t>() < 0) {
-      e_.add("config.json: " + k, "expected a non-negative integer, got " + json_excerpt(j_[k]));
+    // Sizes and counts: below 2^31, so products of two stay exact and a
+    // hostile file cannot make keel allocate for 2^62 layers.
+    if (!j_[k].is_number_integer() || j_[k].get<int64_t>() < 0 || j_[k].get<int64_t>() > INT32_MAX) {
+      e_.add("config.json: " + k, "expected a non-negative integer below 2^31, got " + json_excerpt(j_[k]));
       return 1;
     }
     return j_[k].get<int64_t>();
@@ -182,6 +185,8 @@ double rope_theta_of(const nlohmann::json& rp, const std::string& where, double 
   return fallback;
 }
 
+constexpr int64_t kMaxHfLayers = 65536;
+
 std::vector<std::string> layer_types_of(const nlohmann::json& j, HfFamily f, int64_t n_layers) {
   std::vector<std::string> types;
   if (j.contains("layer_types") && j["layer_types"].is_array()) {
@@ -204,7 +209,19 @@ std::vector<std::string> layer_types_of(const nlohmann::json& j, HfFamily f, int
 
 }  // namespace
 
+static HfImportedConfig model_config_from_hf_unchecked(const nlohmann::json& j, int64_t max_seq_len);
+
+// Fields read with a fallback (j.value) throw nlohmann's type_error on a
+// value of another type: still a config.json problem, exit 2.
 HfImportedConfig model_config_from_hf(const nlohmann::json& j, int64_t max_seq_len) {
+  try {
+    return model_config_from_hf_unchecked(j, max_seq_len);
+  } catch (const nlohmann::json::exception& ex) {
+    throw InteropError("config.json: a field has the wrong type: " + std::string(ex.what()).substr(0, 300));
+  }
+}
+
+static HfImportedConfig model_config_from_hf_unchecked(const nlohmann::json& j, int64_t max_seq_len) {
   ConfigErrors e;
   Fields f(j, e);
   HfImportedConfig out;
@@ -225,6 +242,11 @@ HfImportedConfig model_config_from_hf(const nlohmann::json& j, int64_t max_seq_l
   m.vocab_size = f.integer("vocab_size");
   m.d_model = f.integer("hidden_size");
   m.n_layers = f.integer("num_hidden_layers");
+  if (m.n_layers > kMaxHfLayers) {
+    e.add("config.json: num_hidden_layers", std::to_string(m.n_layers) + " layers; keel imports at most " +
+                                                std::to_string(kMaxHfLayers));
+    m.n_layers = 1;
+  }
   m.n_heads = f.integer("num_attention_heads");
   m.n_kv_heads = f.integer("num_key_value_heads", m.n_heads);
   m.d_ff = f.integer("intermediate_size");
@@ -235,11 +257,11 @@ HfImportedConfig model_config_from_hf(const nlohmann::json& j, int64_t max_seq_l
 
   const std::string act_key = gemma ? (f.has("hidden_activation") ? "hidden_activation" : "hidden_act") : "hidden_act";
   const std::string act = f.text(act_key, gemma ? "gelu_pytorch_tanh" : "silu");
-  if (act == "silu" || act == "swish") m.mlp = "swiglu";
-  else if (act == "gelu_pytorch_tanh") m.mlp = "geglu_tanh";
+  if (act == "silu" || act == "swish") m.mlp = MlpKind::swiglu;
+  else if (act == "gelu_pytorch_tanh") m.mlp = MlpKind::geglu_tanh;
   else e.add("config.json: " + act_key, act + ": keel's gated MLPs are silu (swiglu) and gelu_pytorch_tanh (geglu_tanh)");
 
-  m.norm = "rms";
+  m.norm = NormKind::rms;
   m.norm_eps = f.real("rms_norm_eps", *family == HfFamily::olmo2 ? 1e-5 : 1e-6);
   m.norm_unit_offset = gemma;  // Gemma's x_hat * (1 + w): weights are copied as they are
   m.rope = true;
@@ -290,25 +312,25 @@ HfImportedConfig model_config_from_hf(const nlohmann::json& j, int64_t max_seq_l
   auto& qk = m.qk_norm;
   switch (*family) {
     case HfFamily::llama:
-      m.norm_placement = "pre";
+      m.norm_placement = NormPlacement::pre;
       break;
     case HfFamily::qwen3:
-      m.norm_placement = "pre";
-      qk.type = "rms";
-      qk.scope = "head";
+      m.norm_placement = NormPlacement::pre;
+      qk.type = NormKind::rms;
+      qk.scope = QKNormScope::head;
       break;
     case HfFamily::olmo2:
-      m.norm_placement = "reordered";
-      qk.type = "rms";
-      qk.scope = "projection";
+      m.norm_placement = NormPlacement::reordered;
+      qk.type = NormKind::rms;
+      qk.scope = QKNormScope::projection;
       break;
     case HfFamily::gemma2:
     case HfFamily::gemma3:
-      m.norm_placement = "sandwich";
-      m.embed_norm = "scale_sqrt_d";
+      m.norm_placement = NormPlacement::sandwich;
+      m.embed_norm = EmbedNorm::scale_sqrt_d;
       if (*family == HfFamily::gemma3) {
-        qk.type = "rms";
-        qk.scope = "head";
+        qk.type = NormKind::rms;
+        qk.scope = QKNormScope::head;
       }
       m.query_pre_attn_scalar = f.real("query_pre_attn_scalar", 256.0);
       // Absent means the class default: Gemma 2 caps at 50 and 30, Gemma 3 not at all.
@@ -318,8 +340,8 @@ HfImportedConfig model_config_from_hf(const nlohmann::json& j, int64_t max_seq_l
                                         *family == HfFamily::gemma2 ? std::optional<double>(30.0) : std::nullopt);
       break;
   }
-  if (qk.type != "none") {
-    qk.position = "before_rope";
+  if (qk.type != NormKind::none) {
+    qk.position = QKNormPosition::before_rope;
     qk.gain = true;
     qk.eps = m.norm_eps;  // transformers uses rms_norm_eps for q_norm/k_norm too
   }

@@ -14,6 +14,7 @@
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/json.h"
+#include "util/text.h"
 
 namespace keel {
 
@@ -38,7 +39,15 @@ std::map<std::string, torch::Tensor> read_hf_weights(const std::string& dir) {
     std::set<std::string> shards;
     if (!index.contains("weight_map") || !index["weight_map"].is_object())
       throw InteropError(dir + "/model.safetensors.index.json: no weight_map");
-    for (const auto& [name, shard] : index["weight_map"].items()) shards.insert(shard.get<std::string>());
+    for (const auto& [name, shard] : index["weight_map"].items()) {
+      // A shard is a plain file name inside the model directory: never a path
+      // that leads out of it ("../x.safetensors", "/etc/x", "a/../../x").
+      if (!shard.is_string() || !is_plain_file_name(shard.get<std::string>()))
+        throw InteropError(dir + "/model.safetensors.index.json: weight_map[\"" + name.substr(0, 200) +
+                           "\"] names " + json_excerpt(shard) +
+                           ", which is not a plain file name in the model directory");
+      shards.insert(shard.get<std::string>());
+    }
     for (const auto& s : shards) files.push_back(dir + "/" + s);
   } else {
     throw InteropError(dir + ": no model.safetensors or model.safetensors.index.json (keel reads safetensors "

@@ -63,58 +63,58 @@ std::optional<HfFamily> hf_family_from_model_type(const std::string& model_type)
 ConfigErrors hf_export_refusals(const ModelConfig& m, HfFamily* family_out) {
   ConfigErrors e;
   const auto& qk = m.qk_norm;
-  const bool has_qk = qk.type != "none";
+  const bool has_qk = qk.type != NormKind::none;
 
   // 1. The block layout and the QK-Norm pick the class.
   std::optional<HfFamily> family;
-  if (m.norm_placement == "post") {
+  if (m.norm_placement == NormPlacement::post) {
     e.add("model.norm_placement",
           "post (classic Post-LN, norm(x + f(x))) has no Hugging Face decoder class; mapped layouts are pre "
           "(Llama, Qwen3), reordered (OLMo 2) and sandwich (Gemma 2, Gemma 3)");
-  } else if (m.norm_placement == "pre") {
+  } else if (m.norm_placement == NormPlacement::pre) {
     if (!has_qk) family = HfFamily::llama;
-    else if (qk.scope == "head") family = HfFamily::qwen3;
+    else if (qk.scope == QKNormScope::head) family = HfFamily::qwen3;
     else
       e.add("model.qk_norm.scope",
-            qk.scope + " with model.norm_placement: pre has no Hugging Face class (Qwen3 normalises each head; "
+            name_of(qk.scope) + " with model.norm_placement: pre has no Hugging Face class (Qwen3 normalises each head; "
                        "OLMo 2's projection-wide QK-Norm comes with norm_placement: reordered)");
-  } else if (m.norm_placement == "reordered") {
+  } else if (m.norm_placement == NormPlacement::reordered) {
     if (!has_qk)
       e.add("model.qk_norm.type",
             "none with model.norm_placement: reordered: OLMo 2, the class with this layout, always has an RMS "
             "QK-Norm over the q and k projections (qk_norm: {type: rms, scope: projection})");
-    else if (qk.scope == "projection") family = HfFamily::olmo2;
+    else if (qk.scope == QKNormScope::projection) family = HfFamily::olmo2;
     else
-      e.add("model.qk_norm.scope", qk.scope +
+      e.add("model.qk_norm.scope", name_of(qk.scope) +
                                        " with model.norm_placement: reordered: OLMo 2 normalises the whole q and "
                                        "k projections (scope: projection)");
-  } else if (m.norm_placement == "sandwich") {
+  } else if (m.norm_placement == NormPlacement::sandwich) {
     if (!has_qk) family = HfFamily::gemma2;
-    else if (qk.scope == "head") family = HfFamily::gemma3;
+    else if (qk.scope == QKNormScope::head) family = HfFamily::gemma3;
     else
       e.add("model.qk_norm.scope",
-            qk.scope + " with model.norm_placement: sandwich: Gemma 3 normalises each head (scope: head)");
+            name_of(qk.scope) + " with model.norm_placement: sandwich: Gemma 3 normalises each head (scope: head)");
   }
 
   // 2. What every mapped class has.
-  if (m.norm != "rms")
-    e.add("model.norm", m.norm + ": the mapped Hugging Face classes (Llama, Qwen3, OLMo 2, Gemma) use RMSNorm");
+  if (m.norm != NormKind::rms)
+    e.add("model.norm", name_of(m.norm) + ": the mapped Hugging Face classes (Llama, Qwen3, OLMo 2, Gemma) use RMSNorm");
   if (!m.rope) e.add("model.rope", "false: every mapped Hugging Face class uses rotary position embeddings");
-  if (m.mlp == "gelu")
+  if (m.mlp == MlpKind::gelu)
     e.add("model.mlp",
           "gelu (down(gelu(up x)), no gate) has no mapped Hugging Face class; they all use a gated MLP "
           "(model.mlp: swiglu, or geglu_tanh for Gemma's gelu_pytorch_tanh)");
   if (has_qk) {
-    if (qk.type != "rms")
-      e.add("model.qk_norm.type", qk.type +
+    if (qk.type != NormKind::rms)
+      e.add("model.qk_norm.type", name_of(qk.type) +
                                       ": Hugging Face's QK-Norms (Qwen3, OLMo 2, Gemma 3) are RMSNorms; L2 and "
                                       "LayerNorm QK-Norm have no class");
-    if (qk.position != "before_rope")
-      e.add("model.qk_norm.position", qk.position + ": Qwen3, OLMo 2 and Gemma 3 normalise q and k before RoPE");
+    if (qk.position != QKNormPosition::before_rope)
+      e.add("model.qk_norm.position", name_of(qk.position) + ": Qwen3, OLMo 2 and Gemma 3 normalise q and k before RoPE");
     if (qk.gain_per_head)
       e.add("model.qk_norm.gain_per_head",
             "true: Qwen3 and Gemma 3 share one head_dim-sized gain across heads");
-    if (qk.type == "rms" && qk.eps != m.norm_eps)
+    if (qk.type == NormKind::rms && qk.eps != m.norm_eps)
       e.add("model.qk_norm.eps", num(qk.eps) + " differs from model.norm_eps = " + num(m.norm_eps) +
                                      ": transformers uses config.rms_norm_eps for block and QK norms alike");
   }
@@ -123,11 +123,11 @@ ConfigErrors hf_export_refusals(const ModelConfig& m, HfFamily* family_out) {
   if (family) {
     const bool gemma = is_gemma(*family);
     const std::string name = hf_family_info(*family).display;
-    if (gemma && m.embed_norm != "scale_sqrt_d")
-      e.add("model.embed_norm", m.embed_norm + ": " + name +
+    if (gemma && m.embed_norm != EmbedNorm::scale_sqrt_d)
+      e.add("model.embed_norm", name_of(m.embed_norm) + ": " + name +
                                     " scales the embedding by sqrt(d_model) (embed_norm: scale_sqrt_d)");
-    if (!gemma && m.embed_norm != "none")
-      e.add("model.embed_norm", m.embed_norm + ": " + name + " has nothing after the embedding lookup (none)");
+    if (!gemma && m.embed_norm != EmbedNorm::none)
+      e.add("model.embed_norm", name_of(m.embed_norm) + ": " + name + " has nothing after the embedding lookup (none)");
     if (m.bias && *family != HfFamily::llama)
       e.add("model.bias", "true: " + name +
                               " has no MLP biases (only Llama has attention_bias and mlp_bias)");

@@ -16,7 +16,6 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg)
       n_kv_heads_(cfg.n_kv_heads),
       head_dim_(cfg.head_dim()),
       rope_(cfg.rope),
-      qk_type_(cfg.qk_norm.type),
       qk_position_(cfg.qk_norm.position) {
   const int64_t C = cfg.d_model, q_dim = n_heads_ * head_dim_, kv_dim = n_kv_heads_ * head_dim_;
   wq = register_parameter("wq", torch::empty({q_dim, C}));
@@ -30,13 +29,13 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg)
     bo = register_parameter("wo_bias", torch::empty({C}));
   }
   const auto& qk = cfg.qk_norm;
-  if (qk.type != "none") {
-    NormKind kind = parse_norm_kind(qk.type);
+  if (qk.type != NormKind::none) {
+    NormKind kind = qk.type;
     // Every scope is a grouping of heads normalised together: head scope one
     // head per group (Qwen3), projection scope one group of all heads (OLMo
     // 2), group scope G groups in between (keys: min(G, n_kv_heads) groups).
-    q_groups_ = qk.scope == "head" ? n_heads_ : qk.scope == "projection" ? 1 : qk.groups;
-    k_groups_ = qk.scope == "head" ? n_kv_heads_ : std::min(q_groups_, n_kv_heads_);
+    q_groups_ = qk.scope == QKNormScope::head ? n_heads_ : qk.scope == QKNormScope::projection ? 1 : qk.groups;
+    k_groups_ = qk.scope == QKNormScope::head ? n_kv_heads_ : std::min(q_groups_, n_kv_heads_);
     const int64_t q_group_dim = n_heads_ / q_groups_ * head_dim_, k_group_dim = n_kv_heads_ / k_groups_ * head_dim_;
     std::vector<int64_t> q_shape = {q_group_dim}, k_shape = {k_group_dim};
     if (qk.gain_per_head) {  // one gain per head (group) instead of one shared
@@ -48,7 +47,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg)
     register_module("q_norm", q_norm);
     register_module("k_norm", k_norm);
   }
-  if (qk.type == "l2") {
+  if (qk.type == NormKind::l2) {
     // Henry et al. 2020: a learned scalar g replaces 1/sqrt(d); score = g * cos(q, k).
     auto t = torch::empty({qk.temperature_per_head ? n_heads_ : 1});
     temperature = qk.temperature_learnable ? register_parameter("temperature", t)
@@ -60,8 +59,8 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg)
   }
   if (cfg.attn_softcap) softcap_ = *cfg.attn_softcap;
   if (cfg.attn_logit_clamp) clamp_ = *cfg.attn_logit_clamp;
-  if (cfg.qkv_norm != "none")
-    qkv_norm = register_module("qkv_norm", Norm(parse_norm_kind(cfg.qkv_norm), q_dim + 2 * kv_dim, /*gain=*/true,
+  if (cfg.qkv_norm != NormKind::none)
+    qkv_norm = register_module("qkv_norm", Norm(cfg.qkv_norm, q_dim + 2 * kv_dim, /*gain=*/true,
                                                 cfg.bias, cfg.norm_eps, std::vector<int64_t>{}, cfg.norm_unit_offset));
   if (cfg.sigma_reparam) {
     wq_sigma = register_module("wq_sigma", SigmaReparam(q_dim, C));
@@ -135,7 +134,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   k = k.reshape({B, T, n_kv_heads_, head_dim_});
   v = v.reshape({B, T, n_kv_heads_, head_dim_});
 
-  const bool norm_first = qk_position_ == "before_rope";
+  const bool norm_first = qk_position_ == QKNormPosition::before_rope;
   if (norm_first) {
     q = normalize_qk(q, q_norm);
     k = normalize_qk(k, k_norm);

@@ -59,7 +59,7 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor normalize_qk(const torch::Tensor& t, Norm& norm);
   int64_t n_heads_, n_kv_heads_, head_dim_;
   bool rope_;
-  std::string qk_type_, qk_position_;
+  QKNormPosition qk_position_;
   int64_t q_groups_ = 1, k_groups_ = 1;  // QK-Norm: heads normalised together, n_heads/q_groups_ at a time
   double scale_;
   c10::optional<double> softcap_, clamp_;

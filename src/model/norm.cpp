@@ -6,14 +6,6 @@
 
 namespace keel {
 
-NormKind parse_norm_kind(const std::string& name) {
-  if (name == "rms") return NormKind::rms;
-  if (name == "layernorm") return NormKind::layernorm;
-  if (name == "l2") return NormKind::l2;
-  if (name == "none") return NormKind::none;
-  throw std::invalid_argument("unknown norm kind '" + name + "'");
-}
-
 NormImpl::NormImpl(NormKind kind_, int64_t dim_, bool gain, bool with_bias, double eps_,
                    std::vector<int64_t> param_shape, bool unit_offset_)
     : kind(kind_), dim(dim_), eps(eps_), unit_offset(unit_offset_) {

@@ -5,10 +5,9 @@
 
 #include <string>
 
-namespace keel {
+#include "config/config.h"  // NormKind
 
-enum class NormKind { rms, layernorm, l2, none };
-NormKind parse_norm_kind(const std::string& name);  // "rms" | "layernorm" | "l2" | "none"
+namespace keel {
 
 // Normalises over the last `dim` elements. The gain (and bias) have shape
 // `param_shape`, which is [dim] for an ordinary norm or e.g. [n_heads, head_dim]

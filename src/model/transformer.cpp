@@ -10,7 +10,7 @@ namespace keel {
 
 namespace F = torch::nn::functional;
 
-MlpImpl::MlpImpl(const ModelConfig& cfg) : gated(cfg.mlp != "gelu"), kind(cfg.mlp) {
+MlpImpl::MlpImpl(const ModelConfig& cfg) : gated(cfg.mlp != MlpKind::gelu), kind(cfg.mlp) {
   const int64_t C = cfg.d_model, H = cfg.ffn_dim();
   if (gated) w_gate = register_parameter("w_gate", torch::empty({H, C}));
   w_up = register_parameter("w_up", torch::empty({H, C}));
@@ -38,28 +38,20 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   } else {
     auto g = reparam_linear(x, w_gate, b_gate, w_gate_sigma);
     // Gemma's gelu_pytorch_tanh is torch's GELU with approximate="tanh".
-    h = (kind == "swiglu" ? F::silu(g) : torch::gelu(g, "tanh")) * reparam_linear(x, w_up, b_up, w_up_sigma);
+    h = (kind == MlpKind::swiglu ? F::silu(g) : torch::gelu(g, "tanh")) * reparam_linear(x, w_up, b_up, w_up_sigma);
   }
   return reparam_linear(h, w_down, b_down, w_down_sigma);
 }
 
-NormPlacement parse_norm_placement(const std::string& name) {
-  if (name == "pre") return NormPlacement::pre;
-  if (name == "post") return NormPlacement::post;
-  if (name == "reordered") return NormPlacement::reordered;
-  if (name == "sandwich") return NormPlacement::sandwich;
-  throw std::invalid_argument("unknown norm_placement '" + name + "'");
-}
-
 static Norm make_block_norm(const ModelConfig& cfg) {
-  return Norm(parse_norm_kind(cfg.norm), cfg.d_model, /*gain=*/true, cfg.bias, cfg.norm_eps,
+  return Norm(cfg.norm, cfg.d_model, /*gain=*/true, cfg.bias, cfg.norm_eps,
               std::vector<int64_t>{}, cfg.norm_unit_offset);
 }
 
-BlockImpl::BlockImpl(const ModelConfig& cfg) : placement(parse_norm_placement(cfg.norm_placement)) {
+BlockImpl::BlockImpl(const ModelConfig& cfg) : placement(cfg.norm_placement) {
   attn = register_module("attn", Attention(cfg));
   mlp = register_module("mlp", Mlp(cfg));
-  if (cfg.qkv_norm == "none") attn_norm = register_module("attn_norm", make_block_norm(cfg));
+  if (cfg.qkv_norm == NormKind::none) attn_norm = register_module("attn_norm", make_block_norm(cfg));
   mlp_norm = register_module("mlp_norm", make_block_norm(cfg));
   if (placement == NormPlacement::sandwich) {
     attn_post_norm = register_module("attn_post_norm", make_block_norm(cfg));
@@ -93,13 +85,13 @@ TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg) {
   const int64_t V = cfg.padded_vocab(), C = cfg.d_model;
   wte = register_parameter("wte", torch::empty({V, C}));
   lm_head = cfg.tie_embeddings ? wte : register_parameter("lm_head", torch::empty({V, C}));
-  if (cfg.embed_norm == "layernorm")
+  if (cfg.embed_norm == EmbedNorm::layernorm)
     embed_norm = register_module("embed_norm", Norm(NormKind::layernorm, C, true, cfg.bias, cfg.norm_eps,
                                                     std::vector<int64_t>{}, cfg.norm_unit_offset));
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.n_layers; ++i) blocks->push_back(Block(cfg));
   // Post-LN blocks already end in a norm; the other layouts need a final one.
-  if (cfg.norm_placement != "post") final_norm = register_module("final_norm", make_block_norm(cfg));
+  if (cfg.norm_placement != NormPlacement::post) final_norm = register_module("final_norm", make_block_norm(cfg));
 }
 
 void TransformerImpl::begin_step() {
@@ -119,12 +111,12 @@ torch::Tensor TransformerImpl::forward_hidden(const torch::Tensor& idx, const Fo
   const int64_t T = idx.size(1);
   TORCH_CHECK(T <= cfg_.max_seq_len, "sequence length ", T, " exceeds model.max_seq_len ", cfg_.max_seq_len);
   auto x = F::embedding(idx, wte);
-  if (cfg_.embed_norm == "scale_sqrt_d") {
+  if (cfg_.embed_norm == EmbedNorm::scale_sqrt_d) {
     // Gemma casts the multiplier to the compute dtype before multiplying.
     x = x * torch::scalar_tensor(std::sqrt(static_cast<double>(cfg_.d_model)), x.options());
-  } else if (cfg_.embed_norm == "layernorm") {
+  } else if (cfg_.embed_norm == EmbedNorm::layernorm) {
     x = embed_norm->forward(x);
-  } else if (cfg_.embed_norm == "rmsnorm") {
+  } else if (cfg_.embed_norm == EmbedNorm::rmsnorm) {
     x = rms_normalize(x, cfg_.norm_eps);
   }
   const RopeTables& rope = rope_tables(T, idx.device());

@@ -22,15 +22,12 @@ class MlpImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   int64_t matmul_weights() const;      // elements of w_gate, w_up, w_down: what FLOPs count
   bool gated;                          // swiglu and geglu_tanh
-  std::string kind;                    // model.mlp
+  MlpKind kind;                        // model.mlp
   torch::Tensor w_gate, w_up, w_down;  // gelu uses w_up and w_down only
   torch::Tensor b_gate, b_up, b_down;
   SigmaReparam w_gate_sigma{nullptr}, w_up_sigma{nullptr}, w_down_sigma{nullptr};  // model.sigma_reparam
 };
 TORCH_MODULE(Mlp);
-
-enum class NormPlacement { pre, post, reordered, sandwich };
-NormPlacement parse_norm_placement(const std::string& name);
 
 class BlockImpl : public torch::nn::Module {
  public:

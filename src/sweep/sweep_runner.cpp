@@ -23,6 +23,7 @@
 #include "data/prepare.h"
 #include "sweep/sweep_manifest.h"
 #include "train/run_dir.h"
+#include "util/dir_lock.h"
 #include "util/fs.h"
 #include "util/host.h"
 #include "util/log.h"
@@ -38,13 +39,6 @@ volatile sig_atomic_t g_sweep_signal = 0;
 void on_sweep_signal(int sig) { g_sweep_signal = sig; }
 
 using Clock = std::chrono::steady_clock;
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 std::string self_exe() {
   char buf[4096];
@@ -401,7 +395,9 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
     return 0;
   }
 
-  ensure_directory(spec.out_dir);
+  // One sweep process per directory; its points are locked by their own keel
+  // train children (util/dir_lock.h).
+  DirLock sweep_lock(spec.out_dir, "sweep directory");
   Logger log(spec.out_dir + "/sweep.log");
   log.info(strf("sweep %s: %zu points (%s), base %s, directory %s", spec.name.c_str(), points.size(), axes_text.c_str(),
                 spec.base_config.c_str(), spec.out_dir.c_str()));
@@ -439,9 +435,15 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
 
   // Points with no valid checkpoint start over in an empty directory, so no
   // metrics of an earlier attempt remain.
-  for (size_t i : queue)
-    if (!resume_steps.count(i) && is_directory(spec.out_dir + "/" + points[i].name))
-      remove_tree(spec.out_dir + "/" + points[i].name);
+  // A point still locked is being trained by a child of an earlier sweep
+  // that outlived it: never empty a live run.
+  for (size_t i : queue) {
+    const std::string point_dir = spec.out_dir + "/" + points[i].name;
+    if (dir_is_locked(point_dir))
+      throw RunDirError("point " + point_dir + " is still being trained by another process (a child of an "
+                        "earlier keel sweep?); wait for it to stop, then run the sweep again");
+    if (!resume_steps.count(i) && is_directory(point_dir)) remove_tree(point_dir);
+  }
 
   const auto t0 = Clock::now();
   Runner runner(spec, points, options, threads, log);

@@ -114,7 +114,22 @@ bool sweep_owned_key(const std::string& key) {
   return key == "run.name" || key == "run.out_dir" || key == "run.overwrite" || key == "train.threads";
 }
 
+static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::vector<std::string>& extra_overrides);
+
+// A sweep file is read like a config: whatever yaml-cpp throws while the
+// parser walks it (a key that is a list, a value of the wrong shape) is a
+// ConfigError naming the file and line.
 SweepSpec load_sweep_spec(const std::string& path, const std::vector<std::string>& extra_overrides) {
+  try {
+    return load_sweep_spec_unchecked(path, extra_overrides);
+  } catch (const YAML::Exception& ex) {
+    ConfigErrors e;
+    e.add(path, "YAML error at line " + std::to_string(ex.mark.line + 1) + ": " + ex.msg);
+    throw ConfigError(e);
+  }
+}
+
+static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::vector<std::string>& extra_overrides) {
   Parser p;
   p.file = path;
   auto fail = [&](const std::string& what) {

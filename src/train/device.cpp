@@ -70,8 +70,9 @@ static void keep_freed_memory_in_process() {
 ComputeSetup setup_compute(const TrainConfig& t, int local_rank, int local_world) {
   ComputeSetup s;
   const bool have_cuda = torch::cuda::is_available();
-  std::string device = t.device == "auto" ? (have_cuda ? "cuda" : "cpu") : t.device;
-  if (device == "cuda" && !have_cuda) {
+  const DeviceChoice device =
+      t.device == DeviceChoice::automatic ? (have_cuda ? DeviceChoice::cuda : DeviceChoice::cpu) : t.device;
+  if (device == DeviceChoice::cuda && !have_cuda) {
     ConfigErrors e;
     e.add("train.device", "is cuda but no CUDA device is visible; use --set train.device=cpu");
     throw ConfigError(e);
@@ -79,14 +80,14 @@ ComputeSetup setup_compute(const TrainConfig& t, int local_rank, int local_world
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   s.threads = t.threads > 0 ? static_cast<int>(t.threads) : std::max(1, cores / std::max(1, local_world));
   torch::set_num_threads(s.threads);
-  if (device == "cuda") {
+  if (device == DeviceChoice::cuda) {
 #ifdef KEEL_WITH_CUDA
     s.device = torch::Device(torch::kCUDA, local_rank % static_cast<int>(torch::cuda::device_count()));
     c10::cuda::set_device(s.device.index());
     cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, s.device.index());
     s.device_name = prop.name;
-    s.bf16_autocast = t.precision != "fp32";
+    s.bf16_autocast = t.precision != Precision::fp32;
     at::globalContext().setAllowTF32CuBLAS(t.tf32);
     at::globalContext().setAllowTF32CuDNN(t.tf32);
     s.peak_flops = cuda_peak_bf16(s.device_name);
@@ -99,7 +100,7 @@ ComputeSetup setup_compute(const TrainConfig& t, int local_rank, int local_world
   } else {
     // bf16 on the CPU only when asked for ("auto" stays fp32): CPU autocast
     // runs matmuls in bf16 (fast with AVX-512 BF16 or AMX, emulated without).
-    s.bf16_autocast = t.precision == "bf16";
+    s.bf16_autocast = t.precision == Precision::bf16;
     keep_freed_memory_in_process();
     s.device_name = "cpu (" + std::to_string(s.threads) + " threads)";
     s.peak_flops = measure_cpu_matmul_flops();

@@ -44,4 +44,16 @@ void DeviceCounters::reset_interval() {
 
 void DeviceCounters::set_nonfinite_steps(int64_t n) { nonfinite_.fill_(static_cast<double>(n)); }
 
+std::vector<double> DeviceCounters::snapshot() const {
+  auto host = buffer_.to(torch::kCPU, torch::kFloat64).contiguous();  // shape: [5]
+  return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
+}
+
+bool DeviceCounters::restore(const std::vector<double>& values) {
+  if (values.size() != static_cast<size_t>(buffer_.numel())) return false;
+  torch::NoGradGuard no_grad;
+  buffer_.copy_(torch::tensor(values, torch::kFloat64).to(torch::kFloat32));
+  return true;
+}
+
 }  // namespace keel

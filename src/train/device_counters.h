@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <vector>
+
 namespace keel {
 
 class DeviceCounters {
@@ -26,6 +28,11 @@ class DeviceCounters {
   Values read() const;  // the one copy to the host (a sync on CUDA)
   void reset_interval();
   void set_nonfinite_steps(int64_t n);  // resume
+  // The whole buffer, exactly (float32 values are exact in a double): a
+  // checkpoint taken inside a logging interval carries its sums, so the next
+  // record after a resume equals an uninterrupted run's.
+  std::vector<double> snapshot() const;  // sync point on CUDA
+  bool restore(const std::vector<double>& values);  // false (and nothing changed) on a wrong length
 
  private:
   torch::Tensor buffer_;  // float32 [5]; the members below are views into it

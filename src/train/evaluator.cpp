@@ -37,10 +37,13 @@ double Evaluator::evaluate(Transformer& model) {
 
 void Evaluator::save_state(nlohmann::json& extra) const {
   extra["best_val_loss"] = std::isfinite(best_) ? nlohmann::json(best_) : nlohmann::json();
+  // The summary of a run resumed at its last step reports it (issue 20, defect 11).
+  extra["last_val_loss"] = std::isfinite(last_) ? nlohmann::json(last_) : nlohmann::json();
 }
 
 void Evaluator::load_state(const nlohmann::json& extra) {
   if (extra.contains("best_val_loss") && extra["best_val_loss"].is_number()) best_ = extra["best_val_loss"].get<double>();
+  if (extra.contains("last_val_loss") && extra["last_val_loss"].is_number()) last_ = extra["last_val_loss"].get<double>();
 }
 
 }  // namespace keel

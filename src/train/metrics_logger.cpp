@@ -14,7 +14,9 @@ void MetricsLogger::start(int64_t start_step) {
   run_start_ = interval_start_ = Clock::now();
 }
 
-double MetricsLogger::elapsed_s() const { return std::chrono::duration<double>(Clock::now() - run_start_).count(); }
+double MetricsLogger::elapsed_s() const {
+  return earlier_s_ + std::chrono::duration<double>(Clock::now() - run_start_).count();
+}
 
 void MetricsLogger::step_done(double loader_wait_ms, double comm_wait_ms) {
   ++interval_steps_;
@@ -51,7 +53,7 @@ void MetricsLogger::log(const StepPlan& plan, const Interval& in, const DeviceCo
   }
   const double elapsed = elapsed_s();
   const int64_t done = step - start_step_;
-  const double eta = done > 0 ? elapsed / done * static_cast<double>(cfg_.train.max_steps - step) : NAN;
+  const double eta = done > 0 ? (elapsed - earlier_s_) / done * static_cast<double>(cfg_.train.max_steps - step) : NAN;
 
   nlohmann::json rec = {{"step", step},
                         {"tokens", step * geometry_.tokens_per_step()},
@@ -99,13 +101,33 @@ void MetricsLogger::log(const StepPlan& plan, const Interval& in, const DeviceCo
   interval_start_ = Clock::now();  // evaluation and logging count toward neither interval
 }
 
+namespace {
+nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+double number_or(const nlohmann::json& j, const char* key, double fallback) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : fallback;
+}
+}  // namespace
+
 void MetricsLogger::save_state(nlohmann::json& extra) const {
-  extra["initial_loss"] = std::isnan(initial_loss_) ? nlohmann::json() : nlohmann::json(initial_loss_);
+  extra["initial_loss"] = number_or_null(initial_loss_);
+  extra["logger"] = {{"interval_steps", interval_steps_},
+                     {"pending_spikes", spikes_},
+                     {"last_loss", number_or_null(last_loss_)},
+                     {"tokens_per_s_sum", tokens_per_s_sum_},
+                     {"tokens_per_s_n", tokens_per_s_n_},
+                     {"elapsed_s", elapsed_s()}};
 }
 
 void MetricsLogger::load_state(const nlohmann::json& extra) {
-  if (extra.contains("initial_loss") && extra["initial_loss"].is_number())
-    initial_loss_ = extra["initial_loss"].get<double>();
+  initial_loss_ = number_or(extra, "initial_loss", initial_loss_);
+  if (!extra.contains("logger") || !extra["logger"].is_object()) return;  // a checkpoint of an older keel
+  const auto& l = extra["logger"];
+  interval_steps_ = static_cast<int64_t>(number_or(l, "interval_steps", 0));
+  if (l.contains("pending_spikes") && l["pending_spikes"].is_array()) spikes_ = l["pending_spikes"];
+  last_loss_ = number_or(l, "last_loss", NAN);
+  tokens_per_s_sum_ = number_or(l, "tokens_per_s_sum", 0);
+  tokens_per_s_n_ = static_cast<int64_t>(number_or(l, "tokens_per_s_n", 0));
+  earlier_s_ = number_or(l, "elapsed_s", 0);
 }
 
 }  // namespace keel

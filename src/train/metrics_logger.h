@@ -54,9 +54,13 @@ class MetricsLogger {
   double last_loss() const { return last_loss_; }
   double initial_loss() const { return initial_loss_; }
   double mean_tokens_per_s() const { return tokens_per_s_n_ > 0 ? tokens_per_s_sum_ / tokens_per_s_n_ : 0.0; }
-  double elapsed_s() const;
+  double elapsed_s() const;  // the run's training time, earlier attempts included
 
-  void save_state(nlohmann::json& extra) const;  // initial_loss
+  // What a resumed run needs to log and summarise as an uninterrupted one:
+  // the open interval's step count and pending spike events, the losses and
+  // tokens/s the summary reports, and the time already spent. The device
+  // counters' interval sums are the trainer's to save (DeviceCounters::snapshot).
+  void save_state(nlohmann::json& extra) const;
   void load_state(const nlohmann::json& extra);
 
  private:
@@ -68,6 +72,7 @@ class MetricsLogger {
   ComputeSetup compute_;
   int world_;
   int64_t start_step_ = 0;
+  double earlier_s_ = 0;  // elapsed_s() of the attempts before this one
   Clock::time_point run_start_, interval_start_;
   int64_t interval_steps_ = 0;
   double loader_wait_ms_ = 0, comm_wait_ms_ = 0;

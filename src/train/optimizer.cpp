@@ -31,7 +31,7 @@ AdamW::AdamW(std::vector<NamedParam> params, const TrainConfig& t) : params_(std
   }
   for (auto* g : {&decay, &no_decay})
     if (!g->index.empty()) groups_.push_back(*g);
-  fused_ = t.optimizer_impl != "reference";
+  fused_ = t.optimizer_impl != OptimizerImpl::reference;
 }
 
 void AdamW::zero_grad() {

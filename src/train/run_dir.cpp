@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "monitor/tensorboard_writer.h"
+#include "util/dir_lock.h"
 #include "util/fs.h"
 
 namespace keel {
@@ -13,15 +14,20 @@ RunDir::RunDir(const Config& config, bool resuming, bool writer)
   // std::filesystem symbols, which our calls would bind to (util/fs.h).
   if (writer_) {
     try {
-      const bool exists = is_directory(path_) && !list_directory(path_).empty();
-      if (exists && !resuming) {
-        if (!config.run.overwrite)
-          throw RunDirError("run directory " + path_ +
-                            " already holds a run; continue it with --resume auto, replace it with "
-                            "--set run.overwrite=true, or choose another run.name");
-        remove_tree(path_);
-      }
-      ensure_directory(path_);
+      std::vector<std::string> entries;
+      if (is_directory(path_))
+        for (const auto& name : list_directory(path_))
+          if (name != kLockFileName) entries.push_back(name);
+      const bool exists = !entries.empty();
+      if (exists && !resuming && !config.run.overwrite)
+        throw RunDirError("run directory " + path_ +
+                          " already holds a run; continue it with --resume auto, replace it with "
+                          "--set run.overwrite=true, or choose another run.name");
+      // One writer at a time, before anything here changes: a second keel
+      // (a requeued job, the same command twice) stops with exit 2.
+      lock_ = std::make_unique<DirLock>(path_, "run directory");
+      if (exists && !resuming)  // run.overwrite: empty it, keeping the lock file we hold
+        for (const auto& name : entries) remove_tree(path_ + "/" + name);
       // Probe writability now rather than at the first checkpoint.
       write_file_durably(path_ + "/.write-test", "ok");
       remove_file(path_ + "/.write-test");

@@ -14,12 +14,14 @@
 
 namespace keel {
 
+class DirLock;
 class TensorBoardWriter;
 
 class RunDir {
  public:
   // Creates (or, when resuming, reopens) out_dir/name. Refuses an existing
-  // run directory unless resuming or run.overwrite is set. writer=false on
+  // run directory unless resuming or run.overwrite is set, and one that
+  // another process holds (util/dir_lock.h) in any case. writer=false on
   // ranks other than 0: nothing is written, everything is a no-op.
   RunDir(const Config& config, bool resuming, bool writer);
   ~RunDir();
@@ -43,6 +45,7 @@ class RunDir {
  private:
   std::string path_;
   bool writer_;
+  std::unique_ptr<DirLock> lock_;  // held for the run's lifetime (writer only)
   std::ofstream metrics_;
   bool tensorboard_ = false;
   std::unique_ptr<TensorBoardWriter> tensorboard_writer_;  // opened at the first record

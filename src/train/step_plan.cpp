@@ -1,5 +1,8 @@
 #include "train/step_plan.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace keel {
 
 namespace {
@@ -18,6 +21,13 @@ StepPlan plan_step(const Config& cfg, int64_t index, bool cpu, bool has_val) {
   p.host_sync = cpu || every(p.step, cfg.train.log_every) || p.last;
   p.drain_spikes = p.log || p.checkpoint;
   return p;
+}
+
+int64_t VoteCadence::steps_between(double step_s, double bound_s, int64_t log_every) {
+  const int64_t most = std::max<int64_t>(1, log_every);
+  if (!(step_s > 0)) return most;  // not measured yet, or NaN
+  const double fit = std::floor(bound_s / step_s);
+  return fit < 1 ? 1 : fit >= static_cast<double>(most) ? most : static_cast<int64_t>(fit);
 }
 
 }  // namespace keel

@@ -28,4 +28,25 @@ struct StepPlan {
 // for free, so it checks every step; `has_val`: a validation split exists.
 StepPlan plan_step(const Config& cfg, int64_t index, bool cpu, bool has_val);
 
+// Data parallel on CUDA: the stop vote is a collective and a host sync, so it
+// runs on some steps only, yet never much more than `bound_s` of wall time
+// apart, whatever train.log_every is: a SIGTERM is acted on (the vote, then
+// the save) within about bound_s plus one step, inside SLURM's default 30 s
+// grace period. The steps between votes follow the slowest rank's step time,
+// reduced with each vote, so every rank votes on the same steps.
+class VoteCadence {
+ public:
+  explicit VoteCadence(int64_t log_every, double bound_s = 5.0) : log_every_(log_every), bound_s_(bound_s) {}
+  bool due(int64_t step) const { return step >= next_; }
+  // After the vote of `step`: the slowest rank's mean seconds per step since the previous vote.
+  void voted(int64_t step, double slowest_step_s) { next_ = step + steps_between(slowest_step_s, bound_s_, log_every_); }
+  // floor(bound_s / step_s), at least 1 and at most log_every (whose steps sync anyway).
+  static int64_t steps_between(double step_s, double bound_s, int64_t log_every);
+
+ private:
+  int64_t log_every_;
+  double bound_s_;
+  int64_t next_ = 1;  // the first step votes, and measures
+};
+
 }  // namespace keel

@@ -110,8 +110,9 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
   return store.save(state.step, files);
 }
 
-TrainState load_training_checkpoint(const std::string& dir, Transformer& model, AdamW* optimizer,
-                                    std::string* saved_config_yaml, int rng_rank) {
+namespace {
+TrainState load_unchecked(const std::string& dir, Transformer& model, AdamW* optimizer, std::string* saved_config_yaml,
+                          int rng_rank) {
   CheckpointStore::verify(dir);
   const std::string state_path = dir + "/state.json";
   nlohmann::json meta;
@@ -154,6 +155,23 @@ TrainState load_training_checkpoint(const std::string& dir, Transformer& model, 
   s.extra = meta.value("extra", nlohmann::json::object());
   return s;
 }
+}  // namespace
+
+// A checkpoint is a file keel reads like any other: a field of the wrong type
+// in state.json or a generator state LibTorch refuses is a CheckpointError
+// naming the directory (exit 2), not an internal error.
+TrainState load_training_checkpoint(const std::string& dir, Transformer& model, AdamW* optimizer,
+                                    std::string* saved_config_yaml, int rng_rank) {
+  try {
+    return load_unchecked(dir, model, optimizer, saved_config_yaml, rng_rank);
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(dir + "/state.json: a field is missing or of the wrong type: " +
+                          std::string(e.what()).substr(0, 300));
+  } catch (const c10::Error& e) {
+    throw CheckpointError(dir + ": LibTorch refused its contents: " +
+                          std::string(e.what_without_backtrace()).substr(0, 300));
+  }
+}
 
 Config checkpoint_config(const std::string& dir) {
   nlohmann::json meta;
@@ -162,6 +180,8 @@ Config checkpoint_config(const std::string& dir) {
   } catch (const JsonError& e) {
     throw CheckpointError(e.what());
   }
+  if (meta.contains("config") && !meta["config"].is_string())
+    throw CheckpointError(dir + "/state.json: \"config\" is not a string");
   return config_from_yaml_text(meta.value("config", ""));
 }
 

@@ -61,6 +61,7 @@ int Trainer::run() {
   const bool cpu = compute_.device.is_cpu();
   for (int64_t index = start_step_; index < cfg_.train.max_steps; ++index) {
     StepPlan plan = plan_step(cfg_, index, cpu, evaluator_->enabled());
+    if (dist_->distributed() && vote_cadence_.due(plan.step)) plan.host_sync = true;  // the stop vote's bound
     const StepReport report = train_step(plan);
     steps_done_ = plan.step;
     if (plan.host_sync && halt_on_nonfinite(plan)) {
@@ -176,10 +177,11 @@ void Trainer::print_settings() {
   row("run", run_->path());
   row("device", compute_.device_name + (compute_.bf16_autocast ? ", bf16 autocast" : ", fp32"));
   row("model", std::to_string(m.n_layers) + " layers, d " + std::to_string(m.d_model) + ", " +
-                   std::to_string(m.n_heads) + "q/" + std::to_string(m.n_kv_heads) + "kv heads, " + m.mlp);
-  row("norm placement / norm", m.norm_placement + " / " + m.norm);
-  row("qk_norm", m.qk_norm.type == "none" ? "none"
-                                          : m.qk_norm.type + ", " + m.qk_norm.scope + ", " + m.qk_norm.position);
+                   std::to_string(m.n_heads) + "q/" + std::to_string(m.n_kv_heads) + "kv heads, " + name_of(m.mlp));
+  row("norm placement / norm", name_of(m.norm_placement) + " / " + name_of(m.norm));
+  row("qk_norm", m.qk_norm.type == NormKind::none ? "none"
+                                          : name_of(m.qk_norm.type) + ", " + name_of(m.qk_norm.scope) + ", " +
+                                                name_of(m.qk_norm.position));
   row("softcaps attn / final", (m.attn_softcap ? std::to_string(*m.attn_softcap) : "off") + " / " +
                                    (m.final_softcap ? std::to_string(*m.final_softcap) : "off"));
   row("vocab (padded)", std::to_string(m.vocab_size) + " (" + std::to_string(m.padded_vocab()) + ")");
@@ -189,12 +191,12 @@ void Trainer::print_settings() {
                    std::to_string(g.n_micro) + " micro-step(s) of " + std::to_string(g.micro_batch));
   row("optimizer", std::string(parts_.optimizer->fused() ? "fused" : "reference") + " AdamW, lr " +
                        std::to_string(t.lr) + ", wd " + std::to_string(t.weight_decay));
-  row("schedule", t.schedule + ", warm-up " + std::to_string(t.warmup_steps) + ", " + std::to_string(t.max_steps) +
+  row("schedule", name_of(t.schedule) + ", warm-up " + std::to_string(t.warmup_steps) + ", " + std::to_string(t.max_steps) +
                       " steps");
   row("train tokens", si(static_cast<double>(train_data_->tokens())));
   if (dist_->distributed())
     row("data parallel", strf("%d ranks, %s (%s env), %lld seq/rank, %zu buckets <= %g MiB, %s", dist_->world(),
-                              dist_->backend().c_str(), dist_->env().source.c_str(),
+                              name_of(dist_->backend()).c_str(), dist_->env().source.c_str(),
                               static_cast<long long>(g.rows_per_rank), grad_sync_->bucket_count(),
                               cfg_.dist.bucket_mb, cfg_.dist.overlap ? "overlapped" : "after backward"));
   row("MFU peak", si(compute_.peak_flops) + "FLOP/s, " + compute_.peak_source);
@@ -343,7 +345,7 @@ bool Trainer::halt_on_nonfinite(const StepPlan& plan) {
                         {"lr", lr_at(cfg_.train, plan.step - 1)}, {"nonfinite_steps", c.nonfinite_steps},
                         {"policy", cfg_.train.nonfinite}};
   run_->append_event("nonfinite.jsonl", rec);
-  if (cfg_.train.nonfinite == "halt") {
+  if (cfg_.train.nonfinite == NonfinitePolicy::halt) {
     run_->log->error(strf("non-finite loss or gradient at step %lld (loss %s, grad norm %s); update skipped, "
                           "halting (train.nonfinite: halt). Record: %s",
                           static_cast<long long>(plan.step), rec["loss"].dump().c_str(),
@@ -365,11 +367,20 @@ Trainer::StopVote Trainer::vote_on_stopping(const StepPlan& plan) {
   bool diverged = stability_->diverged();
   if (dist_->distributed()) {
     if (plan.host_sync) {
-      auto votes = torch::tensor({vote.signal ? 1.0f : 0.0f, diverged ? 1.0f : 0.0f}).to(compute_.device);
+      // With the verdicts, this rank's seconds per step since the last vote:
+      // the maximum sets the next vote for every rank alike.
+      const auto now = std::chrono::steady_clock::now();
+      const double step_s = std::chrono::duration<double>(now - last_vote_time_).count() /
+                            static_cast<double>(std::max<int64_t>(1, plan.step - last_vote_step_));
+      auto votes = torch::tensor({vote.signal ? 1.0 : 0.0, diverged ? 1.0 : 0.0, step_s},
+                                 torch::TensorOptions().dtype(torch::kFloat32)).to(compute_.device);
       dist_->all_reduce_max(votes, "the stop vote");
-      auto host = votes.cpu();
+      auto host = votes.cpu();  // sync point
       vote.signal = host[0].item<float>() > 0;
       diverged = host[1].item<float>() > 0;
+      vote_cadence_.voted(plan.step, host[2].item<float>());
+      last_vote_time_ = now;
+      last_vote_step_ = plan.step;
     } else {
       vote.signal = diverged = false;  // decided at the next synchronising step
     }

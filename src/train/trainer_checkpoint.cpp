@@ -9,6 +9,7 @@
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/text.h"
 
 namespace keel {
 // --resume auto: the newest valid checkpoint (newer broken ones are reported
@@ -27,6 +28,15 @@ std::string Trainer::choose_resume_dir() {
 }
 
 void Trainer::resume_from_checkpoint(const std::string& dir) {
+  try {
+    resume_from_checkpoint_unchecked(dir);
+  } catch (const nlohmann::json::exception& e) {  // state.json's "extra" as the components read it
+    throw CheckpointError(dir + "/state.json: a field is missing or of the wrong type: " +
+                          std::string(e.what()).substr(0, 300));
+  }
+}
+
+void Trainer::resume_from_checkpoint_unchecked(const std::string& dir) {
   CheckpointStore::verify(dir);  // a corrupted checkpoint is named before anything else
   Config saved = checkpoint_config(dir);
   ConfigDiff diff = diff_for_resume(saved, cfg_);
@@ -53,6 +63,15 @@ void Trainer::resume_from_checkpoint(const std::string& dir) {
   const auto& extra = state.extra;
   evaluator_->load_state(extra);
   metrics_->load_state(extra);
+  if (extra.contains("device_counters")) {  // absent in checkpoints of an older keel
+    const auto& saved_counters = extra["device_counters"];
+    std::vector<double> values;
+    if (saved_counters.is_array())
+      for (const auto& v : saved_counters)
+        if (v.is_number()) values.push_back(v.get<double>());
+    if (!saved_counters.is_array() || values.size() != saved_counters.size() || !counters_->restore(values))
+      throw CheckpointError(dir + "/state.json: device_counters is not the list of numbers this keel saves");
+  }
   if (extra.contains("nonfinite_steps")) {
     nonfinite_seen_ = extra["nonfinite_steps"].get<int64_t>();
     counters_->set_nonfinite_steps(nonfinite_seen_);
@@ -65,27 +84,55 @@ void Trainer::resume_from_checkpoint(const std::string& dir) {
     stability_->load_state(stability);
   }
   if (extra.contains("spike_skips")) spike_skips_ = extra["spike_skips"].get<int64_t>();
+  if (opts_.resume != "auto") branch_off(dir, start_step_);
   truncate_logs_after(start_step_);
   run_->log->info(strf("resumed from %s at step %lld", dir.c_str(), static_cast<long long>(start_step_)));
 }
 
 namespace {
 // The lines of a JSON-lines log whose "step" is at most `step` (lines
-// without a readable step are kept).
-std::string lines_up_to_step(const std::string& path, int64_t step) {
+// without a readable step are kept), or with `after` the others.
+std::string lines_up_to_step(const std::string& path, int64_t step, bool after = false) {
   std::string kept, line;
   std::istringstream in(read_small_file(path, 1ull << 30));
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!rec.is_discarded() && rec.is_object() && rec.contains("step") && rec["step"].is_number_integer() &&
-        rec["step"].get<int64_t>() > step)
-      continue;
-    kept += line + "\n";
+    const bool later = !rec.is_discarded() && rec.is_object() && rec.contains("step") &&
+                       rec["step"].is_number_integer() && rec["step"].get<int64_t>() > step;
+    if (later == after) kept += line + "\n";
   }
   return kept;
 }
 }  // namespace
+
+// --resume PATH to a checkpoint older than this run's newest starts a new
+// branch of the run: the newer checkpoints and the log records after `step`
+// move to branches/<name>/ (kept whole, listed in branches.jsonl), so
+// --resume auto follows the current branch and pruning never sees the old one.
+void Trainer::branch_off(const std::string& resumed_dir, int64_t step) {
+  if (!run_->writer()) return;
+  CheckpointStore store(run_->path());
+  if (real_path(dir_name(resumed_dir)) != real_path(store.checkpoints_dir())) return;  // another run's checkpoint
+  const std::string name = "from_step_" + std::to_string(step) + "_at_" + utc_now("%Y%m%dT%H%M%SZ");
+  const std::string branch = run_->path() + "/branches/" + name;
+  const std::vector<int64_t> moved = store.move_steps_after(step, branch + "/checkpoints");
+  if (moved.empty()) return;  // nothing newer: an ordinary resume
+  for (const char* log_name : {"metrics.jsonl", "spikes.jsonl", "nonfinite.jsonl"})
+    if (path_exists(run_->file(log_name)))
+      write_file_durably(branch + "/" + log_name, lines_up_to_step(run_->file(log_name), step, /*after=*/true));
+  for (const char* kept : {"summary.json", "config.yaml"})
+    if (path_exists(run_->file(kept))) write_file_durably(branch + "/" + kept, read_small_file(run_->file(kept)));
+  const nlohmann::json record = {{"branch", "branches/" + name}, {"resumed_from_step", step},
+                                 {"abandoned_checkpoints", moved}, {"at", utc_now()}};
+  std::string listing = path_exists(run_->file("branches.jsonl")) ? read_small_file(run_->file("branches.jsonl")) : "";
+  write_file_atomic(run_->file("branches.jsonl"), listing + record.dump() + "\n");
+  std::string steps;
+  for (int64_t s : moved) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+  run_->log->warn(strf("resuming from step %lld starts a new branch: checkpoints %s and the records after step "
+                       "%lld moved to %s (listed in branches.jsonl)",
+                       static_cast<long long>(step), steps.c_str(), static_cast<long long>(step), branch.c_str()));
+}
 
 // A run that crashed after its last checkpoint logged steps it will now
 // redo; drop them so every log has each step once.
@@ -107,7 +154,8 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   state.extra = {{"nonfinite_steps", nonfinite_seen_},
                  {"stability", stability_->state()},
                  {"spike_skips", spike_skips_},
-                 {"world_size", dist_->world()}};
+                 {"world_size", dist_->world()},
+                 {"device_counters", counters_->snapshot()}};  // sync point; the open logging interval's sums
   evaluator_->save_state(state.extra);
   metrics_->save_state(state.extra);
   state.rng = gather_rng_states();

@@ -52,6 +52,8 @@ class Trainer {
   StepReport train_step(const StepPlan& plan);
   bool halt_on_nonfinite(const StepPlan& plan);  // records new non-finite steps; true when train.nonfinite: halt
   StopVote vote_on_stopping(const StepPlan& plan);
+  void branch_off(const std::string& resumed_dir, int64_t step);
+  void resume_from_checkpoint_unchecked(const std::string& dir);
   void log_step(const StepPlan& plan, const StepReport& report);
   void write_summary(const std::string& stopped_by);
   void record_spikes(const std::vector<SpikeEvent>& events);
@@ -76,6 +78,9 @@ class Trainer {
 
   Config cfg_;
   TrainOptions opts_;
+  VoteCadence vote_cadence_{cfg_.train.log_every};  // data parallel: when the stop vote runs (step_plan.h)
+  std::chrono::steady_clock::time_point last_vote_time_ = std::chrono::steady_clock::now();
+  int64_t last_vote_step_ = 0;
   ComputeSetup compute_;
   std::unique_ptr<Dist> dist_;           // a job of one unless RANK/WORLD_SIZE (or SLURM) say otherwise
   std::unique_ptr<GradSync> grad_sync_;  // only when distributed

@@ -1,7 +1,10 @@
 #include "util/text.h"
 
+#include <time.h>
+
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 
 namespace keel {
 
@@ -34,6 +37,20 @@ std::string hex64(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
   return buf;
+}
+
+bool is_plain_file_name(const std::string& name) {
+  return !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
+         name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+}
+
+std::string utc_now(const char* format) {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char b[64];
+  std::strftime(b, sizeof b, format, &tm);
+  return b;
 }
 
 }  // namespace keel

@@ -427,8 +427,8 @@ TEST_F(CheckpointStoreTest, PruneKeepsLastAndMilestones) {
 TEST_F(CheckpointStoreTest, PruneNeverRemovesNewestValid) {
   CheckpointStore store(run_dir_);
   for (int64_t s : {10, 20, 30}) store.save(s, files_for(s));
-  // 30 is corrupt but complete in size: it takes the keep_last slot, and 20,
-  // the one a resume would use, is kept regardless.
+  // 30 is corrupt but complete in size: it takes no keep_last slot, and 20,
+  // the one a resume would use, is kept.
   flip_byte(store.step_dir(30) + "/model.safetensors");
   store.prune(1, 0);
   EXPECT_EQ(store.latest_valid(), store.step_dir(20));
@@ -440,6 +440,21 @@ TEST_F(CheckpointStoreTest, PruneNeverRemovesNewestValid) {
   shrink_file(store.step_dir(30) + "/state.json", 1);
   store.prune(1, 0);
   EXPECT_EQ(valid_steps(store), std::vector<int64_t>{20});
+  EXPECT_TRUE(path_exists(store.step_dir(30)));
+}
+
+// A checkpoint whose sizes are right but whose bytes are not takes no
+// keep_last slot: the two newest good ones stay (issue 20, defect 12).
+TEST_F(CheckpointStoreTest, CorruptCheckpointTakesNoKeepLastSlot) {
+  CheckpointStore store(run_dir_);
+  for (int64_t s : {10, 20, 30}) store.save(s, files_for(s));
+  flip_byte(store.step_dir(30) + "/model.safetensors");
+  EXPECT_TRUE(store.prune(2, 0).empty());
+  EXPECT_EQ(valid_steps(store), (std::vector<int64_t>{10, 20}));
+  EXPECT_TRUE(path_exists(store.step_dir(30)));  // kept for inspection
+  store.save(40, files_for(40));
+  store.prune(2, 0);
+  EXPECT_EQ(valid_steps(store), (std::vector<int64_t>{20, 40}));
   EXPECT_TRUE(path_exists(store.step_dir(30)));
 }
 

@@ -247,6 +247,11 @@ TEST_F(SafetensorsTest, ReaderRejectsBadOffsets) {
   // A shape whose byte count overflows 64 bits.
   write_file(p, raw_file(R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", ""));
   expect_error([&] { keel::read_safetensors(p); }, {p, "'a'", "overflows"});
+  // No bytes, but more elements than LibTorch can count: a clear error
+  // naming the file, not a c10 backtrace (issue 20, defect 12).
+  write_file(p, raw_file(R"({"a":{"dtype":"F32","shape":[0,4611686018427387904,4611686018427387904],)"
+                         R"("data_offsets":[0,0]}})", ""));
+  expect_error([&] { keel::read_safetensors(p); }, {p, "'a'", "overflows"});
 }
 
 // Accepts what other writers produce: keys in any order, unpadded headers,

@@ -2,6 +2,10 @@
 // errors in one pass, and every shipped config validates.
 #include <gtest/gtest.h>
 
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
 
 #include "config/config.h"
@@ -140,7 +144,7 @@ TEST(Config, OverridesApplyAndAreValidated) {
                                                               "model.qk_norm.type=l2", "model.attn_softcap=null"});
   EXPECT_EQ(c.model.d_model, 96);
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
-  EXPECT_EQ(c.model.qk_norm.type, "l2");
+  EXPECT_EQ(c.model.qk_norm.type, keel::NormKind::l2);
   EXPECT_FALSE(c.model.attn_softcap.has_value());
 
   EXPECT_NE(rejection("", {"model.d_model=130"}).find("model.d_model"), std::string::npos);
@@ -210,4 +214,71 @@ TEST(Config, CliExitsWithTwoAndPrintsPaths) {
       << out;
   EXPECT_NE(out.find("d_model: 96"), std::string::npos) << out;
   keel::remove_tree(dir);
+}
+
+// Every resolved config reloads to the identical config (issue 20, defect 7):
+// strings YAML would read as null, booleans, numbers, lists or mappings, or
+// whose characters need escapes, and numbers that need all 17 digits.
+TEST(Config, EveryKeyRoundTripsThroughTheSavedYaml) {
+  const std::vector<std::string> strings = {
+      "NULL", "null", "Null", "~", "- x", "x\ny", "yes", "No", "on", "OFF", "y", "1e3", "0x10", "12", "-3.5",
+      "true", " lead", "trail ", "a: b", "#c", "\"q\"", "back\\slash", "tab\there", "", "\xc3\xbc/\xc3\xb1",
+      "*star", "&amp", "!tag", "%p", "@a", "`b", "{x}", "[y]", "|", ">", "?", "x,y", "\x01ctl\x7f", ".inf",
+      ".nan", "runs/ok-name_1.2", "'single'", "a #b", "key:"};
+  const std::vector<double> numbers = {0.1 + 0.2, 1.0 / 3.0, 2.0 / 3.0 * 1e-7, 123456789.12345679, 1e-300,
+                                       4.9406564584124654e-324, 1.7976931348623157e308, 1e22, 0.5};
+  const std::vector<int64_t> integers = {9007199254740993LL, INT64_MAX, 0, 7};
+  for (size_t i = 0; i < std::max({strings.size(), numbers.size(), integers.size()}); ++i) {
+    Config a;
+    Schema sa = make_schema(a);
+    const std::string& text = strings[i % strings.size()];
+    const double number = numbers[i % numbers.size()];
+    const int64_t integer = integers[i % integers.size()];
+    for (const auto& k : sa.keys()) {
+      switch (k.kind) {
+        case KeyKind::text: *static_cast<std::string*>(k.target) = text; break;
+        case KeyKind::text_list: *static_cast<std::vector<std::string>*>(k.target) = {text, "plain", text}; break;
+        case KeyKind::real: *static_cast<double*>(k.target) = number; break;
+        case KeyKind::optional_real: *static_cast<std::optional<double>*>(k.target) = number; break;
+        case KeyKind::integer: *static_cast<int64_t*>(k.target) = integer; break;
+        case KeyKind::boolean: *static_cast<bool*>(k.target) = i % 2 == 1; break;
+        case KeyKind::choice: k.choice_set(k.choices[i % k.choices.size()]); break;
+      }
+    }
+    const std::string yaml = sa.to_yaml();
+    SCOPED_TRACE(yaml);
+    Config b;
+    Schema sb = make_schema(b);
+    ConfigErrors errors;
+    sb.apply_yaml(YAML::Load(yaml), "saved", errors);
+    ASSERT_TRUE(errors.empty()) << errors.joined();
+    for (const auto& k : sa.keys()) {
+      const KeyDef* kb = sb.find(k.path);
+      ASSERT_NE(kb, nullptr);
+      SCOPED_TRACE(k.path);
+      switch (k.kind) {
+        case KeyKind::text:
+          EXPECT_EQ(*static_cast<std::string*>(kb->target), text);
+          break;
+        case KeyKind::text_list:
+          EXPECT_EQ(*static_cast<std::vector<std::string>*>(kb->target),
+                    (std::vector<std::string>{text, "plain", text}));
+          break;
+        case KeyKind::real: EXPECT_EQ(*static_cast<double*>(kb->target), number); break;
+        case KeyKind::optional_real: EXPECT_EQ(*static_cast<std::optional<double>*>(kb->target), number); break;
+        case KeyKind::integer: EXPECT_EQ(*static_cast<int64_t*>(kb->target), integer); break;
+        case KeyKind::boolean: EXPECT_EQ(*static_cast<bool*>(kb->target), i % 2 == 1); break;
+        case KeyKind::choice: EXPECT_EQ(kb->choice_get(), k.choice_get()); break;
+      }
+    }
+  }
+}
+
+// Two equal keys in one mapping are an error, not "the last one wins" (issue 20, defect 12).
+TEST(Config, DuplicateKeysAreAnError) {
+  const std::string err = rejection("train:\n  lr: 0.1\n  lr: 0.2\n");
+  EXPECT_NE(err.find("train.lr"), std::string::npos) << err;
+  EXPECT_NE(err.find("duplicate key"), std::string::npos) << err;
+  const std::string sections = rejection("model:\n  d_model: 64\nmodel:\n  n_layers: 2\n");
+  EXPECT_NE(sections.find("duplicate key"), std::string::npos) << sections;
 }

@@ -49,7 +49,7 @@ DistEnv two_rank_env(int rank, int port) {
 }
 
 RankResult run_rank(int rank, int port, double bucket_mb, bool overlap, int micro_steps) {
-  Dist dist(two_rank_env(rank, port), "gloo", 30);
+  Dist dist(two_rank_env(rank, port), keel::DistBackend::gloo, 30);
   auto l1 = torch::nn::Linear(8, 16), l2 = torch::nn::Linear(16, 4);
   set_weights(l1, l2);  // the same on both ranks
   std::vector<torch::Tensor> params;
@@ -132,7 +132,7 @@ struct OrderResult {
 };
 
 OrderResult run_head_first(int rank, int port) {
-  Dist dist(two_rank_env(rank, port), "gloo", 30);
+  Dist dist(two_rank_env(rank, port), keel::DistBackend::gloo, 30);
   auto l1 = torch::nn::Linear(8, 16), l2 = torch::nn::Linear(16, 4);
   set_weights(l1, l2);
   std::vector<torch::Tensor> params;
@@ -190,6 +190,6 @@ TEST(GradSync, BucketsFollowTheOrderGradientsBecomeReady) {
 // NCCL waits order the stream and let the host run ahead (the process
 // group's watchdog enforces the timeout); Gloo waits block with a timeout.
 TEST(Dist, OnlyGlooBlocksTheHostOnWait) {
-  EXPECT_TRUE(keel::host_waits_for_collectives("gloo"));
-  EXPECT_FALSE(keel::host_waits_for_collectives("nccl"));
+  EXPECT_TRUE(keel::host_waits_for_collectives(keel::DistBackend::gloo));
+  EXPECT_FALSE(keel::host_waits_for_collectives(keel::DistBackend::nccl));
 }

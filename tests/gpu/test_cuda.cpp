@@ -30,7 +30,7 @@ ModelConfig gpu_model() {
   m.n_layers = 2;
   m.n_heads = 4;
   m.n_kv_heads = 2;
-  m.qk_norm.type = "rms";
+  m.qk_norm.type = NormKind::rms;
   return m;
 }
 
@@ -185,9 +185,9 @@ TEST(Cuda, FusedAdamWEqualsReference) {
   for (auto& p : b->named_parameters()) pb.push_back({p.key(), p.value()});
   TrainConfig t;
   t.lr = 1e-2;
-  t.optimizer_impl = "fused";
+  t.optimizer_impl = OptimizerImpl::fused;
   AdamW fused(pa, t);
-  t.optimizer_impl = "reference";
+  t.optimizer_impl = OptimizerImpl::reference;
   AdamW ref(pb, t);
   for (int s = 0; s < 4; ++s) {
     torch::manual_seed(10 + s);

@@ -18,6 +18,7 @@
 #include "model/init.h"
 #include "test_util.h"
 #include "util/error.h"
+#include "util/fs.h"
 
 using namespace keel;
 
@@ -42,11 +43,11 @@ ModelConfig tiny() {
 
 ModelConfig gemma(bool qk) {
   ModelConfig m = tiny();
-  m.norm_placement = "sandwich";
-  m.mlp = "geglu_tanh";
+  m.norm_placement = NormPlacement::sandwich;
+  m.mlp = MlpKind::geglu_tanh;
   m.norm_unit_offset = true;
-  m.embed_norm = "scale_sqrt_d";
-  if (qk) m.qk_norm.type = "rms";
+  m.embed_norm = EmbedNorm::scale_sqrt_d;
+  if (qk) m.qk_norm.type = NormKind::rms;
   return m;
 }
 
@@ -94,21 +95,21 @@ TEST(HfMapping, EveryRefusalReason) {
     std::set<std::string> keys;
   };
   const std::vector<Case> cases = {
-      {[](ModelConfig& m) { m.qk_norm.type = "layernorm"; }, {"model.qk_norm.type"}},
-      {[](ModelConfig& m) { m.qk_norm.type = "rms"; m.qk_norm.position = "after_rope"; }, {"model.qk_norm.position"}},
-      {[](ModelConfig& m) { m.qk_norm.type = "rms"; m.qk_norm.gain_per_head = true; }, {"model.qk_norm.gain_per_head"}},
-      {[](ModelConfig& m) { m.qk_norm.type = "rms"; m.qk_norm.eps = 1e-5; }, {"model.qk_norm.eps"}},
-      {[](ModelConfig& m) { m.qk_norm.type = "rms"; m.qk_norm.scope = "projection"; }, {"model.qk_norm.scope"}},
-      {[](ModelConfig& m) { m.norm_placement = "reordered"; }, {"model.qk_norm.type"}},
-      {[](ModelConfig& m) { m.norm_placement = "reordered"; m.qk_norm.type = "rms"; }, {"model.qk_norm.scope"}},
+      {[](ModelConfig& m) { m.qk_norm.type = NormKind::layernorm; }, {"model.qk_norm.type"}},
+      {[](ModelConfig& m) { m.qk_norm.type = NormKind::rms; m.qk_norm.position = QKNormPosition::after_rope; }, {"model.qk_norm.position"}},
+      {[](ModelConfig& m) { m.qk_norm.type = NormKind::rms; m.qk_norm.gain_per_head = true; }, {"model.qk_norm.gain_per_head"}},
+      {[](ModelConfig& m) { m.qk_norm.type = NormKind::rms; m.qk_norm.eps = 1e-5; }, {"model.qk_norm.eps"}},
+      {[](ModelConfig& m) { m.qk_norm.type = NormKind::rms; m.qk_norm.scope = QKNormScope::projection; }, {"model.qk_norm.scope"}},
+      {[](ModelConfig& m) { m.norm_placement = NormPlacement::reordered; }, {"model.qk_norm.type"}},
+      {[](ModelConfig& m) { m.norm_placement = NormPlacement::reordered; m.qk_norm.type = NormKind::rms; }, {"model.qk_norm.scope"}},
       {[](ModelConfig& m) { m.rope = false; }, {"model.rope"}},
-      {[](ModelConfig& m) { m.embed_norm = "rmsnorm"; }, {"model.embed_norm"}},
+      {[](ModelConfig& m) { m.embed_norm = EmbedNorm::rmsnorm; }, {"model.embed_norm"}},
       {[](ModelConfig& m) { m.attn_softcap = 50.0; m.final_softcap = 30.0; },
        {"model.attn_softcap", "model.final_softcap"}},
       {[](ModelConfig& m) { m.query_pre_attn_scalar = 16.0; }, {"model.query_pre_attn_scalar"}},
-      {[](ModelConfig& m) { m.qk_norm.type = "rms"; m.bias = true; }, {"model.bias"}},
-      {[](ModelConfig& m) { m = gemma(false); m.embed_norm = "none"; }, {"model.embed_norm"}},
-      {[](ModelConfig& m) { m = gemma(true); m.qk_norm.scope = "projection"; }, {"model.qk_norm.scope"}},
+      {[](ModelConfig& m) { m.qk_norm.type = NormKind::rms; m.bias = true; }, {"model.bias"}},
+      {[](ModelConfig& m) { m = gemma(false); m.embed_norm = EmbedNorm::none; }, {"model.embed_norm"}},
+      {[](ModelConfig& m) { m = gemma(true); m.qk_norm.scope = QKNormScope::projection; }, {"model.qk_norm.scope"}},
       {[](ModelConfig& m) { m = gemma(false); m.query_pre_attn_scalar = 16.5; }, {"model.query_pre_attn_scalar"}},
       {[](ModelConfig& m) { m = gemma(false); m.bias = true; }, {"model.bias"}},
   };
@@ -122,11 +123,11 @@ TEST(HfMapping, EveryRefusalReason) {
   ModelConfig ok = tiny();
   ok.query_pre_attn_scalar = 8.0;  // = head_dim: the default scale
   ok.bias = true;                  // Llama's attention_bias + mlp_bias
-  ok.mlp = "geglu_tanh";           // Llama with hidden_act gelu_pytorch_tanh
+  ok.mlp = MlpKind::geglu_tanh;           // Llama with hidden_act gelu_pytorch_tanh
   ok.norm_unit_offset = true;      // gains converted to w + 1
   EXPECT_EQ(family_of(ok), HfFamily::llama);
   ModelConfig no_gain = tiny();
-  no_gain.qk_norm.type = "rms";
+  no_gain.qk_norm.type = NormKind::rms;
   no_gain.qk_norm.gain = false;  // exported as a gain of ones
   EXPECT_EQ(family_of(no_gain), HfFamily::qwen3);
 }
@@ -204,13 +205,13 @@ TEST(HfMapping, TensorNamesCoverTheModel) {
   llama.bias = true;
   cases.push_back({"llama_bias", llama});
   ModelConfig qwen = tiny();
-  qwen.qk_norm.type = "rms";
+  qwen.qk_norm.type = NormKind::rms;
   qwen.tie_embeddings = true;
   cases.push_back({"qwen3_tied", qwen});
   ModelConfig olmo = tiny();
-  olmo.norm_placement = "reordered";
-  olmo.qk_norm.type = "rms";
-  olmo.qk_norm.scope = "projection";
+  olmo.norm_placement = NormPlacement::reordered;
+  olmo.qk_norm.type = NormKind::rms;
+  olmo.qk_norm.scope = QKNormScope::projection;
   cases.push_back({"olmo2", olmo});
   cases.push_back({"gemma2", gemma(false)});
   cases.push_back({"gemma3", gemma(true)});
@@ -245,9 +246,9 @@ TEST(HfMapping, NormNamesFollowEachLayout) {
     return std::string("(none)");
   };
   ModelConfig olmo = tiny();
-  olmo.norm_placement = "reordered";
-  olmo.qk_norm.type = "rms";
-  olmo.qk_norm.scope = "projection";
+  olmo.norm_placement = NormPlacement::reordered;
+  olmo.qk_norm.type = NormKind::rms;
+  olmo.qk_norm.scope = QKNormScope::projection;
   // modeling_llama.py: post_attention_layernorm is the norm *before* the MLP.
   EXPECT_EQ(hf_of(tiny(), "blocks.1.mlp_norm.weight"), "model.layers.1.post_attention_layernorm.weight");
   // modeling_olmo2.py: it is the norm on the attention output.
@@ -263,17 +264,17 @@ TEST(HfConfig, ExportThenImportGivesTheSameModel) {
   ModelConfig llama = tiny();
   llama.bias = true;
   llama.rope_theta = 5e5;
-  llama.mlp = "geglu_tanh";
+  llama.mlp = MlpKind::geglu_tanh;
   cases.push_back(llama);
   ModelConfig qwen = tiny();
-  qwen.qk_norm.type = "rms";
+  qwen.qk_norm.type = NormKind::rms;
   qwen.tie_embeddings = true;
   qwen.n_kv_heads = 1;
   cases.push_back(qwen);
   ModelConfig olmo = tiny();
-  olmo.norm_placement = "reordered";
-  olmo.qk_norm.type = "rms";
-  olmo.qk_norm.scope = "projection";
+  olmo.norm_placement = NormPlacement::reordered;
+  olmo.qk_norm.type = NormKind::rms;
+  olmo.qk_norm.scope = QKNormScope::projection;
   cases.push_back(olmo);
   ModelConfig g2 = gemma(false);
   g2.attn_softcap = 50.0;
@@ -476,4 +477,24 @@ TEST(HfCli, BadInputExitsTwo) {
   EXPECT_EQ(keel_test::run_keel("import-hf " + dir + " " + dir + "/out", &out), 2) << out;
   EXPECT_NE(out.find("config.json: model_type"), std::string::npos) << out;
   EXPECT_EQ(keel_test::run_keel("export-hf a b --dtype int8", &out), 2) << out;
+}
+
+// A sharded checkpoint's index names files inside the model directory only:
+// "../outside.safetensors" is refused before anything outside is read
+// (issue 20, defect 12).
+TEST(HfCli, ShardNamesCannotLeaveTheModelDirectory) {
+  const std::string root = keel_test::make_temp_dir("hf_shard_escape");
+  const std::string dir = root + "/model";
+  ensure_directory(dir);
+  keel_test::write_file(dir + "/config.json", hf_config_json(tiny(), HfFamily::llama, HfTokenIds{}, "float32").dump());
+  keel_test::write_file(root + "/outside.safetensors", "not read");
+  for (const std::string shard : {"../outside.safetensors", "/etc/passwd", "a/../../outside.safetensors", "..", ""}) {
+    SCOPED_TRACE(shard);
+    keel_test::write_file(dir + "/model.safetensors.index.json",
+                          nlohmann::json{{"weight_map", {{"lm_head.weight", shard}}}}.dump());
+    std::string out;
+    EXPECT_EQ(keel_test::run_keel("import-hf " + dir + " " + root + "/out", &out), 2) << out;
+    EXPECT_NE(out.find("not a plain file name"), std::string::npos) << out;
+  }
+  EXPECT_FALSE(path_exists(root + "/out"));
 }

@@ -30,12 +30,12 @@ inline std::vector<FeatureConfig> feature_configs() {
       {"tiny", [](C&) {}},
       {"tied", [](C& c) { c.tie_embeddings = true; }},
       {"bias", [](C& c) { c.bias = true; }},
-      {"gelu", [](C& c) { c.mlp = "gelu"; }},
-      {"gelu_bias_layernorm_tied", [](C& c) { c.mlp = "gelu"; c.bias = true; c.norm = "layernorm"; c.tie_embeddings = true; }},
+      {"gelu", [](C& c) { c.mlp = MlpKind::gelu; }},
+      {"gelu_bias_layernorm_tied", [](C& c) { c.mlp = MlpKind::gelu; c.bias = true; c.norm = NormKind::layernorm; c.tie_embeddings = true; }},
       {"swiglu_default_dff", [](C& c) { c.d_ff = 0; }},
-      {"gelu_default_dff", [](C& c) { c.d_ff = 0; c.mlp = "gelu"; }},
-      {"geglu_tanh_default_dff_bias", [](C& c) { c.d_ff = 0; c.mlp = "geglu_tanh"; c.bias = true; }},
-      {"norm_unit_offset_qk", [](C& c) { c.norm_unit_offset = true; c.qk_norm.type = "rms"; }},
+      {"gelu_default_dff", [](C& c) { c.d_ff = 0; c.mlp = MlpKind::gelu; }},
+      {"geglu_tanh_default_dff_bias", [](C& c) { c.d_ff = 0; c.mlp = MlpKind::geglu_tanh; c.bias = true; }},
+      {"norm_unit_offset_qk", [](C& c) { c.norm_unit_offset = true; c.qk_norm.type = NormKind::rms; }},
       {"norm_eps", [](C& c) { c.norm_eps = 1e-3; }},
       {"mqa_3_layers", [](C& c) { c.n_kv_heads = 1; c.n_layers = 3; }},
       {"mha_1_layer", [](C& c) { c.n_kv_heads = 4; c.n_layers = 1; }},
@@ -45,25 +45,25 @@ inline std::vector<FeatureConfig> feature_configs() {
       {"longer_context", [](C& c) { c.max_seq_len = 24; }},
       {"no_rope", [](C& c) { c.rope = false; }},
       {"rope_theta", [](C& c) { c.rope_theta = 500000.0; }},
-      {"embed_layernorm", [](C& c) { c.embed_norm = "layernorm"; }},
-      {"embed_layernorm_bias_rms_blocks", [](C& c) { c.embed_norm = "layernorm"; c.bias = true; c.norm = "rms"; }},
-      {"embed_scale", [](C& c) { c.embed_norm = "scale_sqrt_d"; }},
-      {"embed_rmsnorm", [](C& c) { c.embed_norm = "rmsnorm"; }},
-      {"rms_bias", [](C& c) { c.norm = "rms"; c.bias = true; }},
+      {"embed_layernorm", [](C& c) { c.embed_norm = EmbedNorm::layernorm; }},
+      {"embed_layernorm_bias_rms_blocks", [](C& c) { c.embed_norm = EmbedNorm::layernorm; c.bias = true; c.norm = NormKind::rms; }},
+      {"embed_scale", [](C& c) { c.embed_norm = EmbedNorm::scale_sqrt_d; }},
+      {"embed_rmsnorm", [](C& c) { c.embed_norm = EmbedNorm::rmsnorm; }},
+      {"rms_bias", [](C& c) { c.norm = NormKind::rms; c.bias = true; }},
       {"attn_softcap", [](C& c) { c.attn_softcap = 2.0; }},
       {"final_softcap", [](C& c) { c.final_softcap = 3.0; }},
       {"query_pre_attn_scalar", [](C& c) { c.query_pre_attn_scalar = 3.0; }},
       {"logit_clamp", [](C& c) { c.attn_logit_clamp = 1.5; }},
-      {"qkv_norm_rms", [](C& c) { c.qkv_norm = "rms"; }},
-      {"qkv_norm_layernorm_bias", [](C& c) { c.qkv_norm = "layernorm"; c.bias = true; }},
+      {"qkv_norm_rms", [](C& c) { c.qkv_norm = NormKind::rms; }},
+      {"qkv_norm_layernorm_bias", [](C& c) { c.qkv_norm = NormKind::layernorm; c.bias = true; }},
       {"sigma_reparam", [](C& c) { c.sigma_reparam = true; }},
-      {"sigma_reparam_gelu_bias", [](C& c) { c.sigma_reparam = true; c.mlp = "gelu"; c.bias = true; }},
+      {"sigma_reparam_gelu_bias", [](C& c) { c.sigma_reparam = true; c.mlp = MlpKind::gelu; c.bias = true; }},
       {"init_std_depth_truncate", [](C& c) { c.init.std = 0.1; c.init.depth_scaled = !c.init.depth_scaled; c.init.truncate = 2.0; }},
   };
   for (const char* p : {"pre", "post", "reordered", "sandwich"}) {
-    v.push_back({std::string("placement_") + p, [p](C& c) { c.norm_placement = p; }});
+    v.push_back({std::string("placement_") + p, [p](C& c) { c.norm_placement = as<NormPlacement>(p); }});
     v.push_back({std::string("placement_") + p + "_layernorm_bias",
-                 [p](C& c) { c.norm_placement = p; c.norm = "layernorm"; c.bias = true; }});
+                 [p](C& c) { c.norm_placement = as<NormPlacement>(p); c.norm = NormKind::layernorm; c.bias = true; }});
   }
   for (const char* type : {"rms", "layernorm", "l2"})
     for (const char* scope : {"head", "projection"})
@@ -73,19 +73,19 @@ inline std::vector<FeatureConfig> feature_configs() {
           if (bias && std::string(type) != "layernorm") continue;
           std::string name = std::string("qk_") + type + "_" + scope + "_gain" + std::to_string(gain) + (bias ? "_bias" : "");
           v.push_back({name, [=](C& c) {
-                         c.qk_norm.type = type;
-                         c.qk_norm.scope = scope;
+                         c.qk_norm.type = as<NormKind>(type);
+                         c.qk_norm.scope = as<QKNormScope>(scope);
                          c.qk_norm.gain = gain > 0;
                          c.qk_norm.gain_per_head = gain == 2;
                          c.qk_norm.bias = bias;
                        }});
         }
       }
-  v.push_back({"qk_rms_after_rope_eps", [](C& c) { c.qk_norm.type = "rms"; c.qk_norm.position = "after_rope"; c.qk_norm.eps = 1e-3; }});
+  v.push_back({"qk_rms_after_rope_eps", [](C& c) { c.qk_norm.type = NormKind::rms; c.qk_norm.position = QKNormPosition::after_rope; c.qk_norm.eps = 1e-3; }});
   for (int groups : {1, 2, 4})
     v.push_back({"qk_group_" + std::to_string(groups), [groups](C& c) {
-                   c.qk_norm.type = "layernorm";
-                   c.qk_norm.scope = "group";
+                   c.qk_norm.type = NormKind::layernorm;
+                   c.qk_norm.scope = QKNormScope::group;
                    c.qk_norm.groups = groups;
                    c.qk_norm.gain_per_head = groups == 2;
                  }});
@@ -93,21 +93,21 @@ inline std::vector<FeatureConfig> feature_configs() {
     for (bool per_head : {false, true})
       v.push_back({std::string("l2_temperature") + (learnable ? "_learnable" : "_fixed") + (per_head ? "_per_head" : ""),
                    [=](C& c) {
-                     c.qk_norm.type = "l2";
+                     c.qk_norm.type = NormKind::l2;
                      c.qk_norm.temperature_learnable = learnable;
                      c.qk_norm.temperature_per_head = per_head;
                    }});
-  v.push_back({"l2_temperature_init", [](C& c) { c.qk_norm.type = "l2"; c.qk_norm.temperature_init = 4.0; }});
-  v.push_back({"l2_henry_seq_len", [](C& c) { c.qk_norm.type = "l2"; c.qk_norm.henry_seq_len = 64; }});
+  v.push_back({"l2_temperature_init", [](C& c) { c.qk_norm.type = NormKind::l2; c.qk_norm.temperature_init = 4.0; }});
+  v.push_back({"l2_henry_seq_len", [](C& c) { c.qk_norm.type = NormKind::l2; c.qk_norm.henry_seq_len = 64; }});
   v.push_back({"everything", [](C& c) {
-                 c.norm_placement = "sandwich";
-                 c.norm = "layernorm";
+                 c.norm_placement = NormPlacement::sandwich;
+                 c.norm = NormKind::layernorm;
                  c.bias = true;
-                 c.mlp = "gelu";
-                 c.qk_norm.type = "layernorm";
+                 c.mlp = MlpKind::gelu;
+                 c.qk_norm.type = NormKind::layernorm;
                  c.qk_norm.bias = true;
                  c.qk_norm.gain_per_head = true;
-                 c.embed_norm = "layernorm";
+                 c.embed_norm = EmbedNorm::layernorm;
                  c.attn_softcap = 50.0;
                  c.final_softcap = 30.0;
                  c.n_layers = 3;

@@ -53,26 +53,26 @@ TEST(Gqa, RepeatedKvWeightsEqualMhaExactly) {
       {"bias_qk_rms_per_head_gain", 2,
        [](keel::ModelConfig& c) {
          c.bias = true;
-         c.qk_norm.type = "rms";
+         c.qk_norm.type = NormKind::rms;
          c.qk_norm.gain_per_head = true;
        }},
       {"qk_layernorm_bias_after_rope", 2,
        [](keel::ModelConfig& c) {
-         c.qk_norm.type = "layernorm";
+         c.qk_norm.type = NormKind::layernorm;
          c.qk_norm.bias = true;
          c.qk_norm.gain_per_head = true;
-         c.qk_norm.position = "after_rope";
+         c.qk_norm.position = QKNormPosition::after_rope;
        }},
       {"l2_per_head_temperature", 2,
        [](keel::ModelConfig& c) {
-         c.qk_norm.type = "l2";
+         c.qk_norm.type = NormKind::l2;
          c.qk_norm.temperature_per_head = true;
        }},
       {"softcaps_sandwich", 2,
        [](keel::ModelConfig& c) {
          c.attn_softcap = 3.0;
          c.final_softcap = 4.0;
-         c.norm_placement = "sandwich";
+         c.norm_placement = NormPlacement::sandwich;
        }},
   };
   for (const auto& c : cases) {
@@ -137,11 +137,11 @@ TEST(Attention, CausalForEveryPlacementAndSoftcap) {
     for (bool softcaps : {false, true}) {
       SCOPED_TRACE(std::string(placement) + (softcaps ? " +softcaps" : ""));
       auto cfg = tiny_config();
-      cfg.norm_placement = placement;
+      cfg.norm_placement = as<NormPlacement>(placement);
       if (softcaps) {
         cfg.attn_softcap = 2.0;
         cfg.final_softcap = 3.0;
-        cfg.qk_norm.type = "rms";
+        cfg.qk_norm.type = NormKind::rms;
       }
       auto model = make_model(cfg, 41);
       perturb(model, 42);
@@ -177,7 +177,7 @@ TEST(Attention, FastPathEqualsExplicitPath) {
       {"gqa", [](keel::ModelConfig&) {}},
       {"mha", [](keel::ModelConfig& c) { c.n_kv_heads = 4; }},
       {"mqa", [](keel::ModelConfig& c) { c.n_kv_heads = 1; }},
-      {"l2_temperature", [](keel::ModelConfig& c) { c.qk_norm.type = "l2"; c.qk_norm.temperature_per_head = true; }},
+      {"l2_temperature", [](keel::ModelConfig& c) { c.qk_norm.type = NormKind::l2; c.qk_norm.temperature_per_head = true; }},
       {"query_pre_attn_scalar", [](keel::ModelConfig& c) { c.query_pre_attn_scalar = 3.0; }},
   };
   for (const auto& c : cases) {

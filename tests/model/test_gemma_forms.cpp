@@ -11,10 +11,10 @@ namespace {
 
 keel::ModelConfig gemma_like(const std::string& placement) {
   auto cfg = tiny_config();
-  cfg.norm_placement = placement;
-  cfg.mlp = "geglu_tanh";
+  cfg.norm_placement = as<NormPlacement>(placement);
+  cfg.mlp = MlpKind::geglu_tanh;
   cfg.norm_unit_offset = true;
-  cfg.embed_norm = "scale_sqrt_d";
+  cfg.embed_norm = EmbedNorm::scale_sqrt_d;
   return cfg;
 }
 
@@ -35,8 +35,8 @@ TEST(GemmaForms, GegluTanhMatchesReference) {
     for (bool bias : {false, true}) {
       SCOPED_TRACE(std::string(placement) + (bias ? "/bias" : ""));
       auto cfg = tiny_config();
-      cfg.norm_placement = placement;
-      cfg.mlp = "geglu_tanh";
+      cfg.norm_placement = as<NormPlacement>(placement);
+      cfg.mlp = MlpKind::geglu_tanh;
       cfg.bias = bias;
       auto model = make_model(cfg, 21);
       perturb(model, 22);
@@ -57,14 +57,14 @@ TEST(GemmaForms, GegluTanhIsNeitherErfGeluNorSilu) {
   EXPECT_GT((tanh_gelu - torch::gelu(x)).abs().max().item<double>(), 1e-4);
 
   auto cfg = tiny_config();
-  cfg.mlp = "geglu_tanh";
+  cfg.mlp = MlpKind::geglu_tanh;
   auto model = make_model(cfg, 23);
   perturb(model, 24);
   auto idx = random_tokens(cfg, 2, 9);
   torch::NoGradGuard no_grad;
   auto got = model->forward(idx);
   auto as_swiglu = cfg;
-  as_swiglu.mlp = "swiglu";  // the reference with the wrong activation
+  as_swiglu.mlp = MlpKind::swiglu;  // the reference with the wrong activation
   keel::Transformer wrong(as_swiglu);
   for (auto& p : wrong->named_parameters(true)) p.value().set_data(model->named_parameters(true)[p.key()].clone());
   EXPECT_GT(max_abs_diff(got, ref_forward(wrong, idx)), 1e-3);
@@ -72,8 +72,8 @@ TEST(GemmaForms, GegluTanhIsNeitherErfGeluNorSilu) {
 
 TEST(GemmaForms, UnitOffsetInitialisesGainsToZero) {
   auto cfg = gemma_like("sandwich");
-  cfg.qk_norm.type = "rms";
-  cfg.embed_norm = "layernorm";
+  cfg.qk_norm.type = NormKind::rms;
+  cfg.embed_norm = EmbedNorm::layernorm;
   auto m = keel::build_model(cfg, 5);
   int64_t gains = 0;
   for (auto& item : m->named_parameters(true)) {
@@ -89,8 +89,8 @@ TEST(GemmaForms, UnitOffsetMatchesReference) {
     for (const char* qk : {"none", "rms", "layernorm"}) {
       SCOPED_TRACE(std::string(placement) + "/qk " + qk);
       auto cfg = gemma_like(placement);
-      cfg.qk_norm.type = qk;
-      cfg.qk_norm.scope = std::string(qk) == "layernorm" ? "projection" : "head";
+      cfg.qk_norm.type = as<NormKind>(qk);
+      cfg.qk_norm.scope = std::string(qk) == "layernorm" ? QKNormScope::projection : QKNormScope::head;
       auto model = make_model(cfg, 31);
       perturb(model, 32);
       expect_matches_reference(model, cfg);
@@ -103,7 +103,7 @@ TEST(GemmaForms, UnitOffsetMatchesReference) {
 // And it is not the plain form with the same stored w (teeth).
 TEST(GemmaForms, UnitOffsetEqualsPlainGainPlusOne) {
   auto cfg = gemma_like("sandwich");
-  cfg.qk_norm.type = "rms";
+  cfg.qk_norm.type = NormKind::rms;
   auto offset_model = make_model(cfg, 41);
   perturb(offset_model, 42);
   auto plain_cfg = cfg;

@@ -43,7 +43,7 @@ double truncated_std_factor(double k) {
 TEST(Init, SameSeedSameWeightsDifferentSeedDifferent) {
   auto cfg = tiny_config();
   cfg.bias = true;
-  cfg.qk_norm.type = "l2";
+  cfg.qk_norm.type = NormKind::l2;
   cfg.qk_norm.temperature_learnable = false;
   auto a = keel::build_model(cfg, 123), b = keel::build_model(cfg, 123), c = keel::build_model(cfg, 124);
   auto pb = b->named_parameters(true), pc = c->named_parameters(true);
@@ -73,11 +73,11 @@ TEST(Init, SameSeedSameWeightsDifferentSeedDifferent) {
 
 TEST(Init, NormWeightsOneBiasesZero) {
   auto cfg = tiny_config();
-  cfg.norm = "layernorm";
+  cfg.norm = NormKind::layernorm;
   cfg.bias = true;
-  cfg.norm_placement = "sandwich";
-  cfg.embed_norm = "layernorm";
-  cfg.qk_norm.type = "layernorm";
+  cfg.norm_placement = NormPlacement::sandwich;
+  cfg.embed_norm = EmbedNorm::layernorm;
+  cfg.qk_norm.type = NormKind::layernorm;
   cfg.qk_norm.bias = true;
   cfg.qk_norm.gain_per_head = true;
   auto m = keel::build_model(cfg, 9);

@@ -21,10 +21,13 @@
 #include "model/norm.h"
 #include "model/rope.h"
 #include "model/transformer.h"
+#include "test_util.h"
 
 namespace keel_model_test {
 
+using keel_test::as;
 using torch::Tensor;
+using keel::EmbedNorm, keel::MlpKind, keel::NormKind, keel::NormPlacement, keel::QKNormPosition, keel::QKNormScope;
 
 // Small enough for every program to run in seconds. vocab 50 padded to 64.
 inline keel::ModelConfig tiny_config() {
@@ -37,8 +40,8 @@ inline keel::ModelConfig tiny_config() {
   c.n_heads = 4;
   c.n_kv_heads = 2;
   c.d_ff = 48;
-  c.mlp = "swiglu";
-  c.norm = "rms";
+  c.mlp = MlpKind::swiglu;
+  c.norm = NormKind::rms;
   c.init.std = 0.15;  // large enough that sub-layers matter next to the residual
   return c;
 }
@@ -151,7 +154,7 @@ inline Tensor ref_gain(const Tensor& w, const keel::ModelConfig& cfg) {
 }
 
 inline Tensor ref_block_norm(const Tensor& x, keel::Norm& n, const keel::ModelConfig& cfg) {
-  return ref_norm(x, cfg.norm, ref_gain(n->weight, cfg), n->bias, cfg.norm_eps);
+  return ref_norm(x, keel::name_of(cfg.norm), ref_gain(n->weight, cfg), n->bias, cfg.norm_eps);
 }
 
 // Rotate-half RoPE: dimension i pairs with i + D/2, rotated by angle cos/sin[t, i].
@@ -186,28 +189,28 @@ inline Tensor ref_attention(const Tensor& x, keel::AttentionImpl& a, const keel:
   auto q = ref_linear(x, ref_weight(a.wq, a.wq_sigma), a.bq);
   auto k = ref_linear(x, ref_weight(a.wk, a.wk_sigma), a.bk);
   auto v = ref_linear(x, ref_weight(a.wv, a.wv_sigma), a.bv);
-  if (cfg.qkv_norm != "none") {  // Rybakov et al.: one norm over the fused QKV output
-    auto qkv = ref_norm(torch::cat({q, k, v}, -1), cfg.qkv_norm == "rms" ? "rms" : "layernorm",
+  if (cfg.qkv_norm != NormKind::none) {  // Rybakov et al.: one norm over the fused QKV output
+    auto qkv = ref_norm(torch::cat({q, k, v}, -1), cfg.qkv_norm == NormKind::rms ? "rms" : "layernorm",
                         ref_gain(a.qkv_norm->weight, cfg), a.qkv_norm->bias, cfg.norm_eps);
     q = qkv.narrow(-1, 0, H * D), k = qkv.narrow(-1, H * D, Hkv * D), v = qkv.narrow(-1, (H + Hkv) * D, Hkv * D);
   }
   q = q.reshape({B, T, H, D}), k = k.reshape({B, T, Hkv, D}), v = v.reshape({B, T, Hkv, D});
   const auto& qc = cfg.qk_norm;
   auto qkn = [&](const Tensor& t, keel::Norm& n) -> Tensor {
-    if (qc.type == "none") return t;
+    if (qc.type == NormKind::none) return t;
     const int64_t heads = t.size(2);
-    if (qc.scope == "group") {  // heads/G consecutive heads normalised together
+    if (qc.scope == QKNormScope::group) {  // heads/G consecutive heads normalised together
       const int64_t G = heads == H ? qc.groups : std::min(qc.groups, Hkv);
-      return ref_norm(t.reshape({B, T, G, heads / G * D}), qc.type, ref_gain(n->weight, cfg), n->bias, qc.eps)
+      return ref_norm(t.reshape({B, T, G, heads / G * D}), keel::name_of(qc.type), ref_gain(n->weight, cfg), n->bias, qc.eps)
           .view({B, T, heads, D});
     }
-    if (qc.scope == "projection")
-      return ref_norm(t.reshape({B, T, heads * D}), qc.type, ref_gain(n->weight, cfg), n->bias, qc.eps)
+    if (qc.scope == QKNormScope::projection)
+      return ref_norm(t.reshape({B, T, heads * D}), keel::name_of(qc.type), ref_gain(n->weight, cfg), n->bias, qc.eps)
           .view({B, T, heads, D});
-    return ref_norm(t, qc.type, ref_gain(n->weight, cfg), n->bias, qc.eps);  // gain [D] or [heads, D] broadcasts
+    return ref_norm(t, keel::name_of(qc.type), ref_gain(n->weight, cfg), n->bias, qc.eps);  // gain [D] or [heads, D] broadcasts
   };
   auto tables = keel::make_rope_tables(T, D, cfg.rope_theta, torch::kCPU);
-  const bool before = qc.position == "before_rope";
+  const bool before = qc.position == QKNormPosition::before_rope;
   if (before) q = qkn(q, a.q_norm), k = qkn(k, a.k_norm);
   if (cfg.rope) q = ref_rope(q, tables.cos, tables.sin), k = ref_rope(k, tables.cos, tables.sin);
   if (!before) q = qkn(q, a.q_norm), k = qkn(k, a.k_norm);
@@ -221,7 +224,7 @@ inline Tensor ref_attention(const Tensor& x, keel::AttentionImpl& a, const keel:
     const int64_t g = h / (H / Hkv);
     auto qh = q.select(2, h), kh = k.select(2, g), vh = v.select(2, g);  // [B, T, D]
     auto s = torch::matmul(qh, kh.transpose(1, 2));                    // [B, T, T]
-    if (qc.type == "l2") {
+    if (qc.type == NormKind::l2) {
       auto temp = a.temperature.to(torch::kFloat64);
       s = s * temp[temp.numel() == 1 ? 0 : h].item<double>();
     } else {
@@ -245,10 +248,10 @@ inline Tensor ref_mlp(const Tensor& x, keel::MlpImpl& m, const keel::ModelConfig
   Tensor h;
   const auto w_gate = m.w_gate.defined() ? ref_weight(m.w_gate, m.w_gate_sigma) : Tensor();
   const auto w_up = ref_weight(m.w_up, m.w_up_sigma), w_down = ref_weight(m.w_down, m.w_down_sigma);
-  if (cfg.mlp == "swiglu") {
+  if (cfg.mlp == MlpKind::swiglu) {
     auto g = ref_linear(x, w_gate, m.b_gate);
     h = g / (1.0 + torch::exp(-g)) * ref_linear(x, w_up, m.b_up);  // silu(g) * up
-  } else if (cfg.mlp == "geglu_tanh") {
+  } else if (cfg.mlp == MlpKind::geglu_tanh) {
     // Gemma's gelu_pytorch_tanh: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), times up.
     auto g = ref_linear(x, w_gate, m.b_gate);
     const double c = std::sqrt(2.0 / M_PI);
@@ -269,19 +272,19 @@ inline Tensor ref_forward(keel::Transformer& model, const Tensor& idx,
   const keel::ModelConfig& cfg = model->config();
   const int64_t B = idx.size(0), T = idx.size(1), C = cfg.d_model;
   auto x = model->wte.index_select(0, idx.reshape({-1})).view({B, T, C});
-  if (cfg.embed_norm == "scale_sqrt_d") x = x * std::sqrt(static_cast<double>(C));
-  else if (cfg.embed_norm == "layernorm")
+  if (cfg.embed_norm == EmbedNorm::scale_sqrt_d) x = x * std::sqrt(static_cast<double>(C));
+  else if (cfg.embed_norm == EmbedNorm::layernorm)
     x = ref_norm(x, "layernorm", ref_gain(model->embed_norm->weight, cfg), model->embed_norm->bias, cfg.norm_eps);
-  else if (cfg.embed_norm == "rmsnorm") x = ref_norm(x, "rms", Tensor(), Tensor(), cfg.norm_eps);
+  else if (cfg.embed_norm == EmbedNorm::rmsnorm) x = ref_norm(x, "rms", Tensor(), Tensor(), cfg.norm_eps);
   if (traces) traces->assign(cfg.n_layers, RefAttentionTrace{});
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
     auto* b = block(model, l);
     auto A = [&](const Tensor& t) { return ref_attention(t, *b->attn, cfg, traces ? &(*traces)[l] : nullptr); };
     auto M = [&](const Tensor& t) { return ref_mlp(t, *b->mlp, cfg); };
     auto N = [&](const Tensor& t, keel::Norm& n) { return ref_block_norm(t, n, cfg); };
-    const std::string& p = cfg.norm_placement;
+    const std::string& p = keel::name_of(cfg.norm_placement);
     if (p == "pre") {  // x + f(norm(x)); with QKV-norm the attention input is not normalised
-      auto h = x + A(cfg.qkv_norm != "none" ? x : N(x, b->attn_norm));
+      auto h = x + A(cfg.qkv_norm != NormKind::none ? x : N(x, b->attn_norm));
       x = h + M(N(h, b->mlp_norm));
     } else if (p == "post") {  // norm(x + f(x))
       auto h = N(x + A(x), b->attn_norm);
@@ -296,7 +299,7 @@ inline Tensor ref_forward(keel::Transformer& model, const Tensor& idx,
       ADD_FAILURE() << "unknown placement " << p;
     }
   }
-  if (cfg.norm_placement != "post") x = ref_block_norm(x, model->final_norm, cfg);
+  if (cfg.norm_placement != NormPlacement::post) x = ref_block_norm(x, model->final_norm, cfg);
   auto logits = torch::matmul(x, model->lm_head.t());
   if (cfg.final_softcap) logits = *cfg.final_softcap * torch::tanh(logits / *cfg.final_softcap);
   const int64_t V = cfg.vocab_size, P = logits.size(-1);

@@ -54,8 +54,8 @@ TEST(ModelSize, Gpt2SmallByHand) {
   c.n_layers = 12;
   c.n_heads = 12;
   c.n_kv_heads = 12;
-  c.mlp = "gelu";
-  c.norm = "layernorm";
+  c.mlp = MlpKind::gelu;
+  c.norm = NormKind::layernorm;
   c.bias = true;
   c.tie_embeddings = true;
   const int64_t d = 768, V = 50257, L = 12;
@@ -88,11 +88,11 @@ TEST(ModelSize, Olmo2OneBillionByHand) {
   c.n_heads = 16;
   c.n_kv_heads = 16;
   c.d_ff = 8192;
-  c.mlp = "swiglu";
-  c.norm = "rms";
-  c.norm_placement = "reordered";
-  c.qk_norm.type = "rms";
-  c.qk_norm.scope = "projection";
+  c.mlp = MlpKind::swiglu;
+  c.norm = NormKind::rms;
+  c.norm_placement = NormPlacement::reordered;
+  c.qk_norm.type = NormKind::rms;
+  c.qk_norm.scope = QKNormScope::projection;
   const int64_t d = 2048, V = 100352, L = 16, F = 8192;
   const int64_t per_layer = 4 * d * d   // q, k, v, o
                             + 3 * d * F  // gate, up, down
@@ -114,8 +114,8 @@ TEST(ModelSize, TinyGqaSandwichByHand) {
   c.n_heads = 4;                 // head_dim 16
   c.n_kv_heads = 2;
   c.d_ff = 0;                    // 8/3*64 = 170.67 -> 171 -> 192
-  c.norm_placement = "sandwich";
-  c.qk_norm.type = "rms";
+  c.norm_placement = NormPlacement::sandwich;
+  c.qk_norm.type = NormKind::rms;
   EXPECT_EQ(c.ffn_dim(), 192);
   const int64_t attn = 64 * 64 + 2 * (32 * 64) + 64 * 64;  // wq, wk+wv (2 kv heads x 16), wo
   const int64_t mlp = 3 * 64 * 192;
@@ -177,8 +177,8 @@ TEST(ModelSize, StabiliserParametersByHand) {
   c.n_layers = 4;
   c.n_heads = 4;
   c.n_kv_heads = 2;
-  c.mlp = "swiglu";
-  c.norm = "rms";
+  c.mlp = MlpKind::swiglu;
+  c.norm = NormKind::rms;
   c.tie_embeddings = false;
   const int64_t C = 128, V = 4096, L = 4, H = 4, K = 2, D = 32, F = c.ffn_dim();
   const int64_t attn = C * H * D + 2 * C * K * D + H * D * C, mlp = 3 * C * F;
@@ -186,13 +186,13 @@ TEST(ModelSize, StabiliserParametersByHand) {
   EXPECT_EQ(keel::model_size(c, 128).total, base);
   {  // QKV-norm (Rybakov et al. 2024): a norm over the q, k, v outputs replaces the attention input norm
     auto q = c;
-    q.qkv_norm = "layernorm";
+    q.qkv_norm = NormKind::layernorm;
     EXPECT_EQ(keel::model_size(q, 128).total, base + L * ((H + 2 * K) * D - C));
   }
   {  // QK-Norm over 2 groups of heads: queries 2 heads (64) at a time, keys 1 head (32): one shared gain each
     auto g = c;
-    g.qk_norm.type = "rms";
-    g.qk_norm.scope = "group";
+    g.qk_norm.type = NormKind::rms;
+    g.qk_norm.scope = QKNormScope::group;
     g.qk_norm.groups = 2;
     EXPECT_EQ(keel::model_size(g, 128).total, base + L * ((H / 2) * D + (K / 2) * D));
   }

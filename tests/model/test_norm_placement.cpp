@@ -16,9 +16,9 @@ struct PlacementCase {
 
 keel::ModelConfig placement_config(const PlacementCase& c) {
   auto cfg = tiny_config();
-  cfg.norm_placement = c.placement;
-  cfg.norm = c.norm;
-  cfg.mlp = c.mlp;
+  cfg.norm_placement = as<NormPlacement>(c.placement);
+  cfg.norm = as<NormKind>(c.norm);
+  cfg.mlp = as<MlpKind>(c.mlp);
   cfg.bias = c.bias;
   cfg.tie_embeddings = c.tied;
   return cfg;
@@ -67,7 +67,7 @@ TEST(NormPlacement, ModulesPerLayout) {
   for (const char* p : {"pre", "post", "reordered", "sandwich"}) {
     SCOPED_TRACE(p);
     auto cfg = tiny_config();
-    cfg.norm_placement = p;
+    cfg.norm_placement = as<NormPlacement>(p);
     auto model = make_model(cfg);
     EXPECT_EQ(static_cast<bool>(model->final_norm), std::string(p) != "post");
     for (int64_t l = 0; l < cfg.n_layers; ++l) {
@@ -87,13 +87,13 @@ TEST(NormPlacement, LayoutsAreDistinctFunctions) {
   std::vector<torch::Tensor> outs;
   auto idx = random_tokens(tiny_config(), 1, 8);
   auto base_cfg = tiny_config();
-  base_cfg.norm_placement = "sandwich";
+  base_cfg.norm_placement = NormPlacement::sandwich;
   auto base = make_model(base_cfg, 5);
   perturb(base, 6);
   auto base_params = base->named_parameters(true);
   for (const char* p : {"pre", "post", "reordered", "sandwich"}) {
     auto cfg = tiny_config();
-    cfg.norm_placement = p;
+    cfg.norm_placement = as<NormPlacement>(p);
     auto m = make_model(cfg, 5);
     torch::NoGradGuard no_grad;
     for (auto& item : m->named_parameters(true)) item.value().copy_(base_params[item.key()]);
@@ -107,7 +107,7 @@ TEST(NormPlacement, LayoutsAreDistinctFunctions) {
 // position of the block output has RMS 1 (rms norm) even for a huge input scale.
 TEST(NormPlacement, PostBlockOutputIsNormalised) {
   auto cfg = tiny_config();
-  cfg.norm_placement = "post";
+  cfg.norm_placement = NormPlacement::post;
   cfg.n_layers = 1;
   auto model = make_model(cfg);
   torch::NoGradGuard no_grad;
@@ -117,7 +117,7 @@ TEST(NormPlacement, PostBlockOutputIsNormalised) {
   auto rms = y.pow(2).mean(-1).sqrt();
   EXPECT_TENSOR_NEAR(rms, torch::ones_like(rms), 0, 1e-4);  // eps 1e-5 shrinks it slightly
   // Pre-LN keeps the residual stream: output scale follows the input.
-  cfg.norm_placement = "pre";
+  cfg.norm_placement = NormPlacement::pre;
   auto pre = make_model(cfg);
   auto y2 = block(pre, 0)->forward(x, rope, nullptr);
   EXPECT_GT(y2.pow(2).mean(-1).sqrt().min().item<double>(), 10.0);

@@ -10,9 +10,9 @@ namespace {
 keel::ModelConfig qk_config(const std::string& type, const std::string& scope = "head",
                             const std::string& position = "before_rope") {
   auto cfg = tiny_config();
-  cfg.qk_norm.type = type;
-  cfg.qk_norm.scope = scope;
-  cfg.qk_norm.position = position;
+  cfg.qk_norm.type = as<NormKind>(type);
+  cfg.qk_norm.scope = as<QKNormScope>(scope);
+  cfg.qk_norm.position = as<QKNormPosition>(position);
   return cfg;
 }
 
@@ -197,7 +197,7 @@ TEST(QkNorm, HeadAndProjectionScopeDiffer) {
     }
   }
   auto proj_cfg = head_cfg;
-  proj_cfg.qk_norm.scope = "projection";
+  proj_cfg.qk_norm.scope = QKNormScope::projection;
   auto proj = with_params_of(head, proj_cfg);
   EXPECT_EQ(block(proj, 0)->attn->q_norm->dim, proj_cfg.n_heads * proj_cfg.head_dim());
   EXPECT_EQ(block(proj, 0)->attn->k_norm->dim, proj_cfg.n_kv_heads * proj_cfg.head_dim());
@@ -253,7 +253,7 @@ TEST(QkNorm, BeforeAndAfterRope) {
     auto before = make_model(before_cfg, 29);
     perturb(before, 30);  // non-uniform gains
     auto after_cfg = before_cfg;
-    after_cfg.qk_norm.position = "after_rope";
+    after_cfg.qk_norm.position = QKNormPosition::after_rope;
     auto after = with_params_of(before, after_cfg);
     auto idx = random_tokens(before_cfg, 2, 12);
     torch::NoGradGuard no_grad;
@@ -293,7 +293,7 @@ TEST(QkNorm, GainAndTemperatureShapes) {
       EXPECT_EQ(shape(at->k_norm->weight), (V{K, D}));
     }
     cfg.qk_norm.gain_per_head = false;
-    cfg.qk_norm.scope = "projection";
+    cfg.qk_norm.scope = QKNormScope::projection;
     {
       auto m = make_model(cfg);
       auto* at = block(m, 0)->attn.get();

@@ -96,7 +96,7 @@ keel::ModelConfig gqa_config() {
 TEST(Stabilisers, QkvNormEqualsReference) {
   for (const char* kind : {"rms", "layernorm"}) {
     auto cfg = gqa_config();
-    cfg.qkv_norm = kind;
+    cfg.qkv_norm = as<NormKind>(kind);
     cfg.bias = std::string(kind) == "layernorm";
     expect_matches_reference(cfg, std::string("qkv_norm ") + kind);
     // The block has no pre-attention norm: QKV-norm replaces it.
@@ -129,7 +129,7 @@ TEST(Stabilisers, SigmaReparamEqualsReference) {
   for (const char* mlp : {"swiglu", "gelu"}) {
     auto cfg = gqa_config();
     cfg.sigma_reparam = true;
-    cfg.mlp = mlp;
+    cfg.mlp = as<MlpKind>(mlp);
     expect_matches_reference(cfg, std::string("sigma_reparam ") + mlp);
   }
 }
@@ -178,14 +178,14 @@ TEST(Stabilisers, PowerIterationFindsTheLargestSingularValue) {
 TEST(Stabilisers, OneTrainingStepEqualsHandWrittenReference) {
   for (const char* kind : {"rms", "layernorm"}) {  // QKV-norm
     auto cfg = gqa_config();
-    cfg.qkv_norm = kind;
+    cfg.qkv_norm = as<NormKind>(kind);
     cfg.bias = std::string(kind) == "layernorm";
     expect_step_matches_reference(cfg, std::string("qkv_norm ") + kind);
   }
   {  // QK_FC_norm: QK-Norm plus norms after the attention and MLP outputs
     auto cfg = gqa_config();
-    cfg.norm_placement = "sandwich";
-    cfg.qk_norm.type = "rms";
+    cfg.norm_placement = NormPlacement::sandwich;
+    cfg.qk_norm.type = NormKind::rms;
     expect_step_matches_reference(cfg, "qk_fc_norm");
   }
   {  // hard clamp (explicit fp32 scores, hence the looser tolerance)
@@ -200,8 +200,8 @@ TEST(Stabilisers, OneTrainingStepEqualsHandWrittenReference) {
   }
   {  // grouped QK-Norm, 2 groups of 2 query heads
     auto cfg = gqa_config();
-    cfg.qk_norm.type = "rms";
-    cfg.qk_norm.scope = "group";
+    cfg.qk_norm.type = NormKind::rms;
+    cfg.qk_norm.scope = QKNormScope::group;
     cfg.qk_norm.groups = 2;
     expect_step_matches_reference(cfg, "qk_norm group");
   }
@@ -210,12 +210,12 @@ TEST(Stabilisers, OneTrainingStepEqualsHandWrittenReference) {
 TEST(Stabilisers, GroupedQkNormEndsEqualHeadAndProjectionScope) {
   for (const char* type : {"rms", "layernorm"}) {
     auto base = gqa_config();
-    base.qk_norm.type = type;
+    base.qk_norm.type = as<NormKind>(type);
     // One group = the whole projection (OLMo 2).
     auto group = base, proj = base;
-    group.qk_norm.scope = "group";
+    group.qk_norm.scope = QKNormScope::group;
     group.qk_norm.groups = 1;
-    proj.qk_norm.scope = "projection";
+    proj.qk_norm.scope = QKNormScope::projection;
     auto g_model = make_model(group, 5);
     perturb(g_model);
     auto p_model = copy_params(g_model, proj);
@@ -225,10 +225,10 @@ TEST(Stabilisers, GroupedQkNormEndsEqualHeadAndProjectionScope) {
     // n_heads groups = head scope (Qwen3), shared and per-head gains.
     for (bool per_head : {false, true}) {
       auto g2 = base, head = base;
-      g2.qk_norm.scope = "group";
+      g2.qk_norm.scope = QKNormScope::group;
       g2.qk_norm.groups = base.n_heads;
       g2.qk_norm.gain_per_head = head.qk_norm.gain_per_head = per_head;
-      head.qk_norm.scope = "head";
+      head.qk_norm.scope = QKNormScope::head;
       auto gm = make_model(g2, 5);
       perturb(gm);
       auto hm = copy_params(gm, head);
@@ -236,7 +236,7 @@ TEST(Stabilisers, GroupedQkNormEndsEqualHeadAndProjectionScope) {
     }
     // In between (2 groups of 2 query heads; keys 2 groups of 1): the reference.
     auto mid = base;
-    mid.qk_norm.scope = "group";
+    mid.qk_norm.scope = QKNormScope::group;
     mid.qk_norm.groups = 2;
     expect_matches_reference(mid, std::string(type) + ", 2 groups");
   }

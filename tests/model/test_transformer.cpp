@@ -14,11 +14,11 @@ void expect_embedding_equivalent(const std::string& variant,
                                  bool bias = false) {
   auto cfg = tiny_config();
   cfg.bias = bias;
-  cfg.embed_norm = variant;
+  cfg.embed_norm = as<EmbedNorm>(variant);
   auto model = make_model(cfg, 13);
   perturb(model, 14);
   auto plain_cfg = cfg;
-  plain_cfg.embed_norm = "none";
+  plain_cfg.embed_norm = EmbedNorm::none;
   auto plain = make_model(plain_cfg, 13);
   {
     torch::NoGradGuard no_grad;

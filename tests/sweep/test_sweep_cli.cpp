@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "test_util.h"
+#include "util/dir_lock.h"
 #include "util/fs.h"
 
 using keel_test::read_file;
@@ -286,5 +287,25 @@ TEST_F(SweepCli, SignalStopsTheSweepResumably) {
     // The stop step (not a multiple of 20) is logged too.
     steps.erase(std::remove_if(steps.begin(), steps.end(), [](int64_t s) { return s % 20 != 0; }), steps.end());
     EXPECT_EQ(steps, expected) << p;
+  }
+}
+
+// A sweep directory has one sweep process, and a point still being trained
+// by a child of an earlier sweep is never emptied (issue 20, defect 4).
+TEST_F(SweepCli, ALiveSweepOrPointIsNotTouched) {
+  std::string log;
+  const std::string file = sweep_file("locked");
+  {
+    keel::DirLock live(out("locked"), "sweep directory");
+    EXPECT_EQ(run_keel("sweep " + file, &log), 2) << log;
+    EXPECT_NE(log.find("is in use by keel pid"), std::string::npos) << log;
+  }
+  keel::ensure_directory(out("locked") + "/" + kPoints[0]);
+  write_file(out("locked") + "/" + kPoints[0] + "/metrics.jsonl", "{\"step\": 1, \"loss\": 5.0}\n");
+  {
+    keel::DirLock child(out("locked") + "/" + kPoints[0], "run directory");
+    EXPECT_EQ(run_keel("sweep " + file, &log), 2) << log;
+    EXPECT_NE(log.find("still being trained"), std::string::npos) << log;
+    EXPECT_TRUE(keel::path_exists(out("locked") + "/" + kPoints[0] + "/metrics.jsonl"));
   }
 }

@@ -66,15 +66,15 @@ TEST_F(SweepSpecTest, ExpandsVariantsTimesGridTimesSeedsInFileOrder) {
                                "none_lr=3e-2_seed=2", "rms-proj_lr=1e-3_seed=1", "rms-proj_lr=1e-3_seed=2",
                                "rms-proj_lr=3e-2_seed=1", "rms-proj_lr=3e-2_seed=2"}));
   const auto& p = points[6];  // rms-proj, lr 3e-2, seed 1
-  EXPECT_EQ(p.config.model.qk_norm.type, "rms");
-  EXPECT_EQ(p.config.model.qk_norm.scope, "projection");
+  EXPECT_EQ(p.config.model.qk_norm.type, keel::NormKind::rms);
+  EXPECT_EQ(p.config.model.qk_norm.scope, keel::QKNormScope::projection);
   EXPECT_DOUBLE_EQ(p.config.train.lr, 3e-2);
   EXPECT_EQ(p.config.run.seed, 1);
   EXPECT_EQ(p.config.train.max_steps, 20);       // from set
   EXPECT_EQ(p.config.monitor.every, 5);          // dotted key in set
   EXPECT_TRUE(p.config.monitor.stop_on_divergence);  // early_stop defaults to true
   EXPECT_EQ(p.config.model.d_model, 32);         // from the base
-  EXPECT_EQ(points[0].config.model.qk_norm.type, "none");
+  EXPECT_EQ(points[0].config.model.qk_norm.type, keel::NormKind::none);
   EXPECT_EQ(p.labels.at("variant"), "rms-proj");
   EXPECT_EQ(p.labels.at("train.lr"), "3e-2");
   // The overrides are what the child `keel train` gets: they give the same config.

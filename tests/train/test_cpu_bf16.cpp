@@ -24,8 +24,8 @@ Config small_config() {
   c.model.n_layers = 2;
   c.model.n_heads = 4;
   c.model.n_kv_heads = 2;
-  c.model.qk_norm.type = "rms";
-  c.train.device = "cpu";
+  c.model.qk_norm.type = NormKind::rms;
+  c.train.device = DeviceChoice::cpu;
   c.train.lr = 1e-3;
   c.train.grad_clip = 1.0;
   c.train.z_loss = 1e-4;
@@ -55,13 +55,13 @@ std::vector<NamedParam> named(Transformer& m) {
 
 TEST(CpuBf16, PrecisionKeyTurnsCpuAutocastOnOnlyWhenAsked) {
   TrainConfig t;
-  t.device = "cpu";
+  t.device = DeviceChoice::cpu;
   t.threads = 1;
-  t.precision = "bf16";
+  t.precision = Precision::bf16;
   EXPECT_TRUE(setup_compute(t).bf16_autocast);
-  t.precision = "auto";  // auto stays fp32 on the CPU
+  t.precision = Precision::automatic;  // auto stays fp32 on the CPU
   EXPECT_FALSE(setup_compute(t).bf16_autocast);
-  t.precision = "fp32";
+  t.precision = Precision::fp32;
   EXPECT_FALSE(setup_compute(t).bf16_autocast);
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "model/init.h"
+#include "test_util.h"
 #include "train/optimizer.h"
 
 using namespace keel;
@@ -18,7 +19,7 @@ TrainConfig adam_config(const std::string& impl) {
   t.beta2 = 0.95;
   t.eps = 1e-8;
   t.weight_decay = 0.1;
-  t.optimizer_impl = impl;
+  t.optimizer_impl = keel_test::as<keel::OptimizerImpl>(impl);
   return t;
 }
 
@@ -31,7 +32,7 @@ ModelConfig tiny_model() {
   m.n_layers = 2;
   m.n_heads = 2;
   m.n_kv_heads = 1;
-  m.qk_norm.type = "rms";
+  m.qk_norm.type = NormKind::rms;
   return m;
 }
 

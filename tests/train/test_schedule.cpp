@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "test_util.h"
 #include "train/schedule.h"
 
 using namespace keel;
@@ -12,7 +13,7 @@ static TrainConfig sched(const std::string& kind) {
   t.min_lr = 0.1;
   t.warmup_steps = 10;
   t.max_steps = 110;
-  t.schedule = kind;
+  t.schedule = keel_test::as<keel::ScheduleKind>(kind);
   t.decay_fraction = 0.2;
   return t;
 }

@@ -2,6 +2,8 @@
 // cadences, in one place.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "train/device_counters.h"
 #include "train/step_plan.h"
 
@@ -55,6 +57,26 @@ TEST(StepPlan, CpuSyncsEveryStepAndNoValidationMeansNoEval) {
   EXPECT_TRUE(plan_step(c, 27, true, true).checkpoint);
   c.monitor.every = 0;  // off
   EXPECT_FALSE(plan_step(c, 3, true, true).monitor);
+}
+
+// The stop vote's cadence on CUDA under data parallelism (issue 20, defect
+// 10): at most bound_s apart however slow a step, never more often than every
+// step, never rarer than log_every.
+TEST(VoteCadence, VotesAtMostBoundSecondsApart) {
+  using keel::VoteCadence;
+  EXPECT_EQ(VoteCadence::steps_between(2.0, 5.0, 100), 2);    // 2 s steps: every 2nd step (4 s)
+  EXPECT_EQ(VoteCadence::steps_between(30.0, 5.0, 100), 1);   // slower than the bound: every step
+  EXPECT_EQ(VoteCadence::steps_between(0.01, 5.0, 100), 100);  // fast: log_every's own syncs suffice
+  EXPECT_EQ(VoteCadence::steps_between(0.0, 5.0, 10), 10);     // not measured yet
+  EXPECT_EQ(VoteCadence::steps_between(NAN, 5.0, 10), 10);
+  VoteCadence c(/*log_every=*/50, /*bound_s=*/5.0);
+  EXPECT_TRUE(c.due(1));  // the first step votes and measures
+  c.voted(1, 1.5);        // 1.5 s per step: 3 steps fit in 5 s
+  EXPECT_FALSE(c.due(2));
+  EXPECT_FALSE(c.due(3));
+  EXPECT_TRUE(c.due(4));
+  c.voted(4, 20.0);
+  EXPECT_TRUE(c.due(5));
 }
 
 TEST(StepPlan, StopForcesRecordCheckpointAndSpikes) {

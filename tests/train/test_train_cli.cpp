@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "test_util.h"
+#include "util/dir_lock.h"
 #include "util/fs.h"
 
 using keel_test::run_keel;
@@ -149,6 +150,110 @@ TEST_F(TrainCli, ResumeIsBitExact) {
     EXPECT_EQ(a[i].step, b[i].step);
     EXPECT_EQ(a[i].loss, b[i].loss) << "step " << a[i].step;  // exact equality, not a tolerance
   }
+}
+
+// A crash inside a logging interval: after the resume every record equals an
+// uninterrupted run's in each value that is not a wall time (issue 20, defect 9).
+TEST_F(TrainCli, ResumeInsideALoggingIntervalLogsTheSameValues) {
+  std::string out;
+  const std::string opts = "--set train.log_every=4 --set checkpoint.every=5";
+  ASSERT_EQ(run_keel(args("log4_straight", opts), &out), 0) << out;
+  setenv("KEEL_FAULT_INJECT", "kill_rank_at_step:0:8", 1);  // after step 7: the checkpoint is step 5's
+  const int rc = run_keel(args("log4_crashed", opts), &out);
+  unsetenv("KEEL_FAULT_INJECT");
+  ASSERT_EQ(rc, 128 + SIGKILL) << out;
+  ASSERT_EQ(run_keel(args("log4_crashed", opts + " --resume auto"), &out), 0) << out;
+  EXPECT_NE(out.find("step_00000005"), std::string::npos) << out;
+  auto records = [](const std::string& run) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(run + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+  };
+  const auto a = records(run_path("log4_straight")), b = records(run_path("log4_crashed"));
+  ASSERT_GE(a.size(), 3u);  // steps 4, 8, 12 at least
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    SCOPED_TRACE("step " + a[i]["step"].dump());
+    EXPECT_EQ(a[i]["step"], b[i]["step"]);
+    for (const char* key : {"loss", "grad_norm", "lr", "val_loss", "param_norm", "update_ratio", "attn", "output",
+                            "spikes", "spike_score_percent"})
+      EXPECT_EQ(a[i].value(key, nlohmann::json()), b[i].value(key, nlohmann::json())) << key;
+  }
+  // The elapsed time continues across the attempts instead of restarting at 0.
+  EXPECT_GT(b.back()["elapsed_s"].get<double>(), b[1]["elapsed_s"].get<double>());
+}
+
+// A run stopped right after its last checkpoint (a SIGTERM just after the
+// final save) and started again reports the same summary, final losses
+// included, as the run that finished (issue 20, defect 11).
+TEST_F(TrainCli, ResumingAFinishedRunKeepsItsSummary) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("finished"), &out), 0) << out;
+  auto before = read_json(run_path("finished") + "/summary.json");
+  ASSERT_EQ(run_keel(args("finished", "--resume auto"), &out), 0) << out;
+  EXPECT_NE(out.find("nothing to do"), std::string::npos) << out;
+  auto after = read_json(run_path("finished") + "/summary.json");
+  EXPECT_TRUE(after["final_loss"].is_number()) << after.dump();
+  EXPECT_TRUE(after["final_val_loss"].is_number()) << after.dump();
+  // The training time up to the final checkpoint (the save itself is not in
+  // it, so it is a little below the first summary's), not a fresh 0.
+  EXPECT_GT(after["time_s"].get<double>(), 0.0);
+  before.erase("time_s");
+  after.erase("time_s");
+  EXPECT_EQ(before, after);
+}
+
+// A second writer of a live run (a requeued job, the same command twice) is
+// refused before it touches anything, even with run.overwrite (issue 20,
+// defect 4).
+TEST_F(TrainCli, ALiveRunIsNotTouchedByASecondWriter) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("held", "--stop-after-step 4"), &out), 0) << out;
+  const std::string metrics = keel_test::read_file(run_path("held") + "/metrics.jsonl");
+  {
+    keel::DirLock live(run_path("held"), "run directory");  // stands in for the running keel
+    for (const char* extra : {"--resume auto", "--set run.overwrite=true"}) {
+      SCOPED_TRACE(extra);
+      EXPECT_EQ(run_keel(args("held", extra), &out), 2) << out;
+      EXPECT_NE(out.find("is in use by keel pid " + std::to_string(::getpid())), std::string::npos) << out;
+      EXPECT_EQ(keel_test::read_file(run_path("held") + "/metrics.jsonl"), metrics);
+      EXPECT_TRUE(keel::path_exists(run_path("held") + "/checkpoints/step_00000004"));
+    }
+  }
+  ASSERT_EQ(run_keel(args("held", "--resume auto"), &out), 0) << out;  // the lock went with its holder
+  EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+}
+
+// Resuming from an older checkpoint starts a new branch: the newer
+// checkpoints and log records are moved aside, not deleted, and --resume
+// auto then follows the new branch (issue 20, defect 2).
+TEST_F(TrainCli, ResumingFromAnOlderCheckpointStartsABranch) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("branchy"), &out), 0) << out;  // checkpoints 4, 8, 12
+  ASSERT_EQ(run_keel(args("branchy", "--resume " + run_path("branchy") + "/checkpoints/step_00000004 "
+                                     "--stop-after-step 6 --set checkpoint.keep_last=2"), &out), 0) << out;
+  EXPECT_NE(out.find("starts a new branch"), std::string::npos) << out;
+  std::vector<int64_t> steps;
+  for (const auto& m : read_metrics(run_path("branchy"))) steps.push_back(m.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  const auto listing = nlohmann::json::parse(keel_test::read_file(run_path("branchy") + "/branches.jsonl"));
+  EXPECT_EQ(listing["resumed_from_step"], 4);
+  EXPECT_EQ(listing["abandoned_checkpoints"], (std::vector<int64_t>{8, 12}));
+  const std::string branch = run_path("branchy") + "/" + listing["branch"].get<std::string>();
+  EXPECT_TRUE(keel::path_exists(branch + "/checkpoints/step_00000008/manifest.json"));
+  EXPECT_TRUE(keel::path_exists(branch + "/checkpoints/step_00000012/manifest.json"));
+  std::vector<int64_t> abandoned;
+  for (const auto& m : read_metrics(branch)) abandoned.push_back(m.step);
+  EXPECT_EQ(abandoned, (std::vector<int64_t>{5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_FALSE(keel::path_exists(run_path("branchy") + "/checkpoints/step_00000012"));
+  // --resume auto continues the new branch from step 6, not the old one from 12.
+  ASSERT_EQ(run_keel(args("branchy", "--resume auto"), &out), 0) << out;
+  EXPECT_NE(out.find("step_00000006"), std::string::npos) << out;
+  steps.clear();
+  for (const auto& m : read_metrics(run_path("branchy"))) steps.push_back(m.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_TRUE(keel::path_exists(branch + "/checkpoints/step_00000012/manifest.json"));  // pruning left it alone
 }
 
 TEST_F(TrainCli, KillDuringSaveLeavesPreviousCheckpoint) {
