@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "sweep/run_compare.h"
 #include "sweep/sweep_report.h"
 #include "sweep/sweep_runner.h"
 
@@ -48,6 +49,28 @@ Command add_report_command(CLI::App& app) {
     if (!*cmd) return -1;
     args->options.plots = !args->no_plots;
     return write_report(args->dir, args->options);
+  };
+}
+
+Command add_compare_command(CLI::App& app) {
+  struct Args {
+    std::vector<std::string> dirs;
+    CompareOptions options;
+    bool no_plots = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("compare", "runs side by side: final/best losses, divergence, spikes, logits, "
+                                            "the config keys they differ in, and their curves");
+  cmd->add_option("run_dirs", args->dirs, "run directories (finished, still training, or sweep points)")
+      ->required()
+      ->expected(1, -1);
+  cmd->add_option("--out", args->options.out_dir, "write compare.md, compare.csv and plots/ here (default: table only)");
+  cmd->add_flag("--no-plots", args->no_plots, "with --out: only the table and the CSV");
+  cmd->add_option("--python", args->options.python, "Python with matplotlib (default: .venv/bin/python)");
+  return [cmd, args]() -> int {
+    if (!*cmd) return -1;
+    args->options.plots = !args->no_plots;
+    return compare_runs(args->dirs, args->options);
   };
 }
 

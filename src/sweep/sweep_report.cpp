@@ -75,6 +75,46 @@ int run_python(const std::string& python, const std::vector<std::string>& args) 
 
 }  // namespace
 
+int draw_plots(const std::string& script_name, const std::vector<std::string>& args, const std::string& out,
+               const std::string& asked_python, const std::vector<std::string>& names, std::vector<std::string>* drawn,
+               std::string* note) {
+  const std::string script = first_existing(plot_candidates(script_name));
+  std::vector<std::string> pythons;
+  if (!asked_python.empty()) {
+    pythons.push_back(asked_python);  // asked for: that one or none
+  } else {
+    if (const char* p = std::getenv("KEEL_PYTHON")) pythons.push_back(p);
+    for (const auto& c : plot_candidates(".venv/bin/python")) pythons.push_back(c);
+  }
+  std::string python;
+  for (const auto& c : pythons)
+    if (access(c.c_str(), X_OK) == 0) {
+      python = c;
+      break;
+    }
+  int code = 0;
+  if (script.empty() || python.empty()) {
+    *note = "Plots not drawn: " + std::string(script.empty() ? script_name : "a Python interpreter") +
+            " not found (looked for " + joined(script.empty() ? plot_candidates(script_name) : pythons) +
+            "; set KEEL_PYTHON, or run scripts/setup.sh to create .venv).";
+    code = 1;
+  } else {
+    ensure_directory(out + "/plots");
+    std::vector<std::string> argv = {script};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const int rc = run_python(python, argv);
+    if (rc != 0) {
+      *note = "Plots not drawn: " + python + " " + script + " exited with code " + std::to_string(rc) +
+              " (its message is above; `pip install -r scripts/requirements.txt` installs matplotlib).";
+      code = 1;
+    }
+    for (const auto& p : names)
+      if (path_exists(out + "/plots/" + p + ".png")) drawn->push_back(p);
+  }
+  if (code != 0) std::fprintf(stderr, "keel: %s\n", note->c_str());
+  return code;
+}
+
 std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann::json& manifest) {
   std::vector<PointRow> rows;
   for (const auto& p : manifest.at("points")) {
@@ -96,43 +136,47 @@ std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann:
                      labels[key].get<std::string>();
     }
     if (r.variant.empty()) r.variant = "all";
-    const std::string summary_path = sweep_dir + "/" + r.name + "/summary.json";
-    r.status = "not run";
-    if (path_exists(summary_path)) {
-      auto s = nlohmann::json::parse(read_small_file(summary_path), nullptr, false);
-      if (!s.is_discarded()) {
-        const std::string by = s.value("stopped_by", "");
-        r.status = (by == "completed" || by == "diverged" || by == "nonfinite") ? by : "interrupted";
-        r.steps = s.value("steps", int64_t{0});
-        r.final_loss = num(s, "final_loss");
-        r.final_val_loss = num(s, "final_val_loss");
-        r.best_val_loss = num(s, "best_val_loss");
-        r.initial_loss = num(s, "initial_loss");
-        r.diverged = s.value("diverged", false) || by == "nonfinite";
-        if (s.contains("diverged_step") && s["diverged_step"].is_number()) r.diverged_step = s["diverged_step"].get<int64_t>();
-        if (s.contains("diverged_reason") && s["diverged_reason"].is_string()) r.diverged_reason = s["diverged_reason"];
-        if (by == "nonfinite" && r.diverged_reason.empty()) {
-          r.diverged_reason = "non-finite loss or gradient (train.nonfinite: halt)";
-          r.diverged_step = r.steps;
-        }
-        if (s.contains("spike_score_percent")) {
-          r.spike_score_loss = num(s["spike_score_percent"], "loss");
-          r.spike_score_grad = num(s["spike_score_percent"], "grad_norm");
-        }
-        if (s.contains("spikes")) {
-          r.loss_spikes = s["spikes"].value("loss", int64_t{0});
-          r.grad_spikes = s["spikes"].value("grad_norm", int64_t{0});
-        }
-        if (s.contains("max_attn_logit_per_layer") && s["max_attn_logit_per_layer"].is_array() &&
-            !s["max_attn_logit_per_layer"].empty())
-          r.max_attn_logit_l0 = s["max_attn_logit_per_layer"][0].get<double>();
-        r.tokens_per_s = num(s, "tokens_per_s");
-        r.time_s = num(s, "time_s");
-      }
-    }
+    read_run_summary(sweep_dir + "/" + r.name, r);
     rows.push_back(r);
   }
   return rows;
+}
+
+void read_run_summary(const std::string& run_dir, PointRow& r) {
+  const std::string summary_path = run_dir + "/summary.json";
+  r.status = "not run";
+  if (path_exists(summary_path)) {
+    auto s = nlohmann::json::parse(read_small_file(summary_path), nullptr, false);
+    if (s.is_object()) {
+      const std::string by = s.value("stopped_by", "");
+      r.status = (by == "completed" || by == "diverged" || by == "nonfinite") ? by : "interrupted";
+      r.steps = s.value("steps", int64_t{0});
+      r.final_loss = num(s, "final_loss");
+      r.final_val_loss = num(s, "final_val_loss");
+      r.best_val_loss = num(s, "best_val_loss");
+      r.initial_loss = num(s, "initial_loss");
+      r.diverged = s.value("diverged", false) || by == "nonfinite";
+      if (s.contains("diverged_step") && s["diverged_step"].is_number()) r.diverged_step = s["diverged_step"].get<int64_t>();
+      if (s.contains("diverged_reason") && s["diverged_reason"].is_string()) r.diverged_reason = s["diverged_reason"];
+      if (by == "nonfinite" && r.diverged_reason.empty()) {
+        r.diverged_reason = "non-finite loss or gradient (train.nonfinite: halt)";
+        r.diverged_step = r.steps;
+      }
+      if (s.contains("spike_score_percent")) {
+        r.spike_score_loss = num(s["spike_score_percent"], "loss");
+        r.spike_score_grad = num(s["spike_score_percent"], "grad_norm");
+      }
+      if (s.contains("spikes")) {
+        r.loss_spikes = s["spikes"].value("loss", int64_t{0});
+        r.grad_spikes = s["spikes"].value("grad_norm", int64_t{0});
+      }
+      if (s.contains("max_attn_logit_per_layer") && s["max_attn_logit_per_layer"].is_array() &&
+          !s["max_attn_logit_per_layer"].empty() && s["max_attn_logit_per_layer"][0].is_number())
+        r.max_attn_logit_l0 = s["max_attn_logit_per_layer"][0].get<double>();
+      r.tokens_per_s = num(s, "tokens_per_s");
+      r.time_s = num(s, "time_s");
+    }
+  }
 }
 
 std::vector<VariantRow> summarize_variants(const std::vector<PointRow>& rows) {
@@ -296,43 +340,13 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
   write_file_atomic(out + "/summary.csv", summary_csv(rows));
   write_file_atomic(out + "/lr_sensitivity.csv", variants_csv(variants));
 
-  int code = 0;
   std::string note;
   std::vector<std::string> plots;
-  if (options.plots) {
-    const std::string script = first_existing(plot_candidates("scripts/plot_sweep.py"));
-    std::vector<std::string> pythons;
-    if (!options.python.empty()) {
-      pythons.push_back(options.python);  // asked for: that one or none
-    } else {
-      if (const char* p = std::getenv("KEEL_PYTHON")) pythons.push_back(p);
-      for (const auto& c : plot_candidates(".venv/bin/python")) pythons.push_back(c);
-    }
-    std::string python;
-    for (const auto& c : pythons)
-      if (access(c.c_str(), X_OK) == 0) {
-        python = c;
-        break;
-      }
-    if (script.empty() || python.empty()) {
-      note = "Plots not drawn: " + std::string(script.empty() ? "scripts/plot_sweep.py" : "a Python interpreter") +
-             " not found (looked for " + joined(script.empty() ? plot_candidates("scripts/plot_sweep.py") : pythons) +
-             "; set KEEL_PYTHON, or run scripts/setup.sh to create .venv).";
-      code = 1;
-    } else {
-      ensure_directory(out + "/plots");
-      const int rc = run_python(python, {script, sweep_dir, out});
-      if (rc != 0) {
-        note = "Plots not drawn: " + python + " " + script + " exited with code " + std::to_string(rc) +
-               " (its message is above; `pip install -r scripts/requirements.txt` installs matplotlib).";
-        code = 1;
-      }
-      for (const char* p : {"loss_vs_lr", "loss_curves", "attn_logit", "grad_norm"})
-        if (path_exists(out + "/plots/" + p + ".png")) plots.push_back(p);
-    }
-    if (code != 0) std::fprintf(stderr, "keel: %s\n", note.c_str());
-  }
+  const int code = options.plots ? draw_plots("scripts/plot_sweep.py", {sweep_dir, out}, out, options.python,
+                                              {"loss_vs_lr", "loss_curves", "attn_logit", "grad_norm"}, &plots, &note)
+                                 : 0;
   // A hand-written reading of the results (OUT_DIR/notes.md) survives regenerating the report.
+
   const std::string notes = path_exists(out + "/notes.md") ? read_small_file(out + "/notes.md") : "";
   write_file_atomic(out + "/report.md", report_markdown(manifest, sweep_dir, rows, variants, plots, note, notes));
   std::printf("report: %s/report.md, %s/summary.csv, %s/lr_sensitivity.csv%s\n", out.c_str(), out.c_str(), out.c_str(),

@@ -53,6 +53,8 @@ struct VariantRow {
 };
 
 std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann::json& manifest);
+// Status and results from RUN_DIR/summary.json ("not run" without one).
+void read_run_summary(const std::string& run_dir, PointRow& row);
 // Groups finished rows by variant (in first-seen order) and computes each
 // one's LR sensitivity. l0, the loss at initialization, is ln(vocab_size):
 // the loss of a uniform prediction, which is what a freshly initialized model
@@ -68,5 +70,13 @@ std::string variants_csv(const std::vector<VariantRow>& variants);
 // Writes everything; returns 0, or 1 when the plots could not be drawn
 // (the CSVs and report.md are written regardless).
 int write_report(const std::string& sweep_dir, const ReportOptions& options);
+
+// Runs `python script_name ARGS` (script found beside the binary's repository
+// or the current directory; python: `asked_python`, else $KEEL_PYTHON, else
+// .venv's) and lists in `drawn` which of OUT/plots/<name>.png exist after.
+// Returns 0, or 1 with the reason in `note` (also printed).
+int draw_plots(const std::string& script_name, const std::vector<std::string>& args, const std::string& out,
+               const std::string& asked_python, const std::vector<std::string>& names, std::vector<std::string>* drawn,
+               std::string* note);
 
 }  // namespace keel

@@ -309,3 +309,40 @@ TEST_F(SweepCli, ALiveSweepOrPointIsNotTouched) {
     EXPECT_TRUE(keel::path_exists(out("locked") + "/" + kPoints[0] + "/metrics.jsonl"));
   }
 }
+
+// keel compare on ad-hoc runs (issue 19): two finished runs that differ in one
+// key and a third whose lock is held, as while it still trains, read from its
+// metrics so far; one table, the differing key as the runs' labels, the CSV
+// and the plots.
+TEST_F(SweepCli, CompareRunsSideBySide) {
+  std::string log;
+  const std::string runs = g_dir + "/adhoc";
+  auto train = [&](const std::string& name, const std::string& extra) {
+    return run_keel("train " + g_dir + "/base.yaml --set run.out_dir=" + runs + " --set run.name=" + name + " " + extra,
+                    &log);
+  };
+  ASSERT_EQ(train("plain", ""), 0) << log;
+  ASSERT_EQ(train("qk", "--set model.qk_norm.type=rms"), 0) << log;
+  ASSERT_EQ(train("partial", "--stop-after-step 3"), 0) << log;
+  keel::remove_file(runs + "/partial/summary.json");
+  keel::DirLock live(runs + "/partial", "run directory");
+  const std::string cmd = "compare " + runs + "/plain " + runs + "/qk " + runs + "/partial";
+  ASSERT_EQ(run_keel(cmd + " --out " + g_dir + "/cmp", &log), 0) << log;
+  for (const char* s : {"| `" , "| model.qk_norm.type=none | completed | 6/6 |", "| model.qk_norm.type=rms | completed | 6/6 |",
+                        "| model.qk_norm.type=none | running | 3/6 |"})
+    EXPECT_NE(log.find(s), std::string::npos) << s << "\n" << log;
+  const auto plain = read_json(runs + "/plain/summary.json");
+  const std::string csv = read_file(g_dir + "/cmp/compare.csv");
+  EXPECT_EQ(count_lines(csv), 4u) << csv;
+  char val[32];
+  std::snprintf(val, sizeof val, "%.6g", plain["final_val_loss"].get<double>());
+  EXPECT_NE(csv.find(val), std::string::npos) << val << "\n" << csv;
+  const std::string md = read_file(g_dir + "/cmp/compare.md");
+  for (const char* p : {"loss", "val_loss", "attn_logit", "grad_norm", "output_logits"}) {
+    EXPECT_NE(md.find(std::string("![") + p + "](plots/" + p + ".png)"), std::string::npos) << p << "\n" << md;
+    EXPECT_TRUE(keel::path_exists(g_dir + "/cmp/plots/" + p + ".png")) << p;
+  }
+  // A directory that is no run: exit 2, naming it.
+  EXPECT_EQ(run_keel("compare " + g_dir, &log), 2) << log;
+  EXPECT_NE(log.find("is not a run directory"), std::string::npos) << log;
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Plots of `keel compare RUN_DIR... --out OUT_DIR` (PNG and SVG).
+
+    python scripts/plot_runs.py OUT_DIR
+
+Reads OUT_DIR/runs.json (written by keel compare just before: each run's
+directory and its label, the config keys it differs in) and each run's
+metrics.jsonl and spikes.jsonl; writes OUT_DIR/plots/:
+
+  loss           training loss per run (x = run diverged)
+  val_loss       validation loss per run, perplexity on the right axis
+  attn_logit     layer-0 maximum attention logit (log y)
+  grad_norm      gradient norm (log y), detected spikes marked
+  output_logits  maximum output logit and mean log Z of the output softmax
+"""
+import json
+import math
+import sys
+from pathlib import Path
+
+from plot_sweep import plt, read_jsonl, save  # one set of helpers for sweeps and runs
+
+
+def series(recs, value):
+    """(steps, values) of the records where value(record) is a finite number."""
+    pts = []
+    for r in recs:
+        try:
+            v = value(r)
+        except (KeyError, IndexError, TypeError):
+            continue
+        if isinstance(v, (int, float)) and math.isfinite(v) and isinstance(r.get("step"), int):
+            pts.append((r["step"], v))
+    return tuple(zip(*pts)) if pts else ((), ())
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    out_dir = Path(sys.argv[1])
+    plots = out_dir / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    runs = json.loads((out_dir / "runs.json").read_text())
+    data = [(r["label"], read_jsonl(Path(r["dir"]) / "metrics.jsonl"), read_jsonl(Path(r["dir"]) / "spikes.jsonl"))
+            for r in runs]
+
+    def figure(name, title, ylabel, draw, logy=False, finish=None):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+        for i, (label, recs, spikes) in enumerate(data):
+            draw(ax, label, recs, spikes, f"C{i}")
+        if logy:
+            ax.set_yscale("log")
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+        if finish:
+            finish(ax)
+        save(fig, plots, name)
+
+    def draw_loss(ax, label, recs, spikes, c):
+        xs, ys = series(recs, lambda r: r["loss"])
+        ax.plot(xs, ys, color=c, linewidth=1, label=label)
+
+    def draw_val(ax, label, recs, spikes, c):
+        xs, ys = series(recs, lambda r: r["val_loss"])
+        ax.plot(xs, ys, "o-", color=c, markersize=3, linewidth=1, label=label)
+
+    def draw_attn(ax, label, recs, spikes, c):
+        xs, ys = series(recs, lambda r: r["attn"][0]["max_logit"])
+        ax.plot(xs, ys, ".-", color=c, markersize=3, linewidth=1, label=label)
+
+    def draw_grad(ax, label, recs, spikes, c):
+        xs, ys = series(recs, lambda r: r["grad_norm"])
+        ax.plot(xs, ys, color=c, linewidth=1, label=label)
+        sx, sy = series([s for s in spikes if s.get("signal") == "grad_norm"], lambda s: s["value"])
+        if sx:
+            ax.plot(sx, sy, "o", color=c, markersize=4, markeredgecolor="red")
+
+    def draw_output(ax, label, recs, spikes, c):
+        xs, ys = series(recs, lambda r: r["output"]["max_logit"])
+        ax.plot(xs, ys, ".-", color=c, markersize=3, linewidth=1, label=f"{label}: max logit")
+        xs, ys = series(recs, lambda r: r["output"]["mean_log_z"])
+        ax.plot(xs, ys, ".--", color=c, markersize=3, linewidth=1, label=f"{label}: mean log Z")
+
+    def perplexity_axis(ax):  # perplexity = exp(loss), beside the loss it is read from
+        lo, hi = ax.get_ylim()
+        right = ax.twinx()
+        right.set_yscale("log")
+        right.set_ylim(math.exp(lo), math.exp(hi))
+        right.set_ylabel("perplexity")
+
+    figure("loss", "training loss", "loss", draw_loss)
+    figure("val_loss", "validation loss (right: perplexity)", "validation loss", draw_val, finish=perplexity_axis)
+    figure("attn_logit", "layer-0 max attention logit", "max |logit|", draw_attn, logy=True)
+    figure("grad_norm", "gradient norm (red edge: detected spikes)", "grad norm", draw_grad, logy=True)
+    figure("output_logits", "output logits: max (solid) and mean log Z (dashed)", "logit", draw_output)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+#include "sweep/run_compare.h"
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "config/config.h"
+#include "util/dir_lock.h"
+#include "util/fs.h"
+#include "util/json.h"
+#include "util/log.h"
+
+namespace keel {
+
+namespace {
+
+std::string cell(double v, const char* format = "%.4f") { return std::isfinite(v) ? strf(format, v) : "-"; }
+std::string loss_and_ppl(double loss) {
+  return std::isfinite(loss) ? strf("%.4f (%.1f)", loss, std::exp(loss)) : "-";
+}
+
+// Fills what summary.json would hold from the records written so far.
+void read_metrics_so_far(const std::string& run_dir, PointRow& r) {
+  const std::string path = run_dir + "/metrics.jsonl";
+  if (!path_exists(path)) return;
+  std::istringstream in(read_small_file(path, 1ull << 30));
+  double tok_sum = 0;
+  int64_t tok_n = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer()) continue;  // a line being written
+    r.steps = rec["step"].get<int64_t>();
+    if (rec.contains("loss") && rec["loss"].is_number()) {
+      r.final_loss = rec["loss"].get<double>();
+      if (std::isnan(r.initial_loss)) r.initial_loss = r.final_loss;
+    }
+    if (rec.contains("val_loss") && rec["val_loss"].is_number()) {
+      r.final_val_loss = rec["val_loss"].get<double>();
+      r.best_val_loss = std::isfinite(r.best_val_loss) ? std::min(r.best_val_loss, r.final_val_loss) : r.final_val_loss;
+    }
+    if (rec.contains("tokens_per_s") && rec["tokens_per_s"].is_number()) {
+      tok_sum += rec["tokens_per_s"].get<double>();
+      ++tok_n;
+    }
+    if (rec.contains("attn") && rec["attn"].is_array() && !rec["attn"].empty() && rec["attn"][0].is_object() &&
+        rec["attn"][0].contains("max_logit") && rec["attn"][0]["max_logit"].is_number()) {
+      const double m = rec["attn"][0]["max_logit"].get<double>();
+      r.max_attn_logit_l0 = std::isfinite(r.max_attn_logit_l0) ? std::max(r.max_attn_logit_l0, m) : m;
+    }
+    if (rec.contains("spikes") && rec["spikes"].is_array()) {
+      for (const auto& e : rec["spikes"]) {
+        if (!e.is_object()) continue;
+        if (e.contains("signal") && e["signal"] == "grad_norm") ++r.grad_spikes;
+        else ++r.loss_spikes;
+      }
+    }
+    if (rec.contains("elapsed_s") && rec["elapsed_s"].is_number()) r.time_s = rec["elapsed_s"].get<double>();
+  }
+  if (tok_n > 0) r.tokens_per_s = tok_sum / static_cast<double>(tok_n);
+}
+
+std::map<std::string, std::string> resolved_values(const std::string& run_dir) {
+  std::map<std::string, std::string> out;
+  try {
+    Config c = load_config(run_dir + "/config.yaml");
+    Schema s = make_schema(c);
+    for (const auto& k : s.keys()) out[k.path] = s.value_string(k);
+  } catch (const Error&) {
+  }
+  return out;
+}
+
+}  // namespace
+
+PointRow read_run_row(const std::string& run_dir) {
+  PointRow r;
+  r.name = run_dir;
+  read_run_summary(run_dir, r);
+  if (r.status == "not run") {
+    read_metrics_so_far(run_dir, r);
+    r.status = dir_is_locked(run_dir) ? "running" : r.steps > 0 ? "interrupted" : "not started";
+  }
+  const auto config = resolved_values(run_dir);
+  if (config.count("train.lr")) r.lr = std::strtod(config.at("train.lr").c_str(), nullptr);
+  if (config.count("train.max_steps")) r.max_steps = std::stoll(config.at("train.max_steps"));
+  if (config.count("run.seed")) r.seed = std::stoll(config.at("run.seed"));
+  return r;
+}
+
+std::vector<std::map<std::string, std::string>> differing_keys(const std::vector<std::string>& run_dirs) {
+  std::vector<std::map<std::string, std::string>> values;
+  std::set<std::string> keys;
+  for (const auto& d : run_dirs) {
+    values.push_back(resolved_values(d));
+    for (const auto& [k, v] : values.back()) keys.insert(k);
+  }
+  std::vector<std::map<std::string, std::string>> out(run_dirs.size());
+  for (const auto& k : keys) {
+    if (k == "run.name" || k == "run.out_dir") continue;
+    std::set<std::string> seen;
+    for (const auto& v : values) seen.insert(v.count(k) ? v.at(k) : "?");
+    if (seen.size() < 2) continue;
+    for (size_t i = 0; i < values.size(); ++i) out[i][k] = values[i].count(k) ? values[i].at(k) : "?";
+  }
+  return out;
+}
+
+int compare_runs(const std::vector<std::string>& run_dirs, const CompareOptions& options) {
+  for (const auto& d : run_dirs)
+    if (!path_exists(d + "/metrics.jsonl") && !path_exists(d + "/summary.json"))
+      throw RunDirError(d + " is not a run directory (no metrics.jsonl or summary.json)");
+  const auto diffs = differing_keys(run_dirs);
+  std::vector<PointRow> rows;
+  nlohmann::json runs = nlohmann::json::array();
+  for (size_t i = 0; i < run_dirs.size(); ++i) {
+    PointRow r = read_run_row(run_dirs[i]);
+    for (const auto& [k, v] : diffs[i]) r.variant += (r.variant.empty() ? "" : ", ") + k + "=" + v;
+    if (r.variant.empty()) r.variant = base_name(run_dirs[i]);  // identical configs: the directory names tell them apart
+    runs.push_back({{"dir", real_path(run_dirs[i])}, {"label", base_name(run_dirs[i]) + ": " + r.variant}});
+    rows.push_back(r);
+  }
+
+  std::string table =
+      "| run | differs in | status | steps | final loss (ppl) | final val (ppl) | best val (ppl) | diverged | "
+      "spikes loss/grad | max L0 attn logit | tokens/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : rows)
+    table += "| `" + r.name + "` | " + r.variant + " | " + r.status + " | " + std::to_string(r.steps) +
+             (r.max_steps > 0 ? "/" + std::to_string(r.max_steps) : "") + " | " + loss_and_ppl(r.final_loss) + " | " +
+             loss_and_ppl(r.final_val_loss) + " | " + loss_and_ppl(r.best_val_loss) + " | " +
+             (r.diverged ? "yes" + (r.diverged_step >= 0 ? " (step " + std::to_string(r.diverged_step) + ")" : "")
+                         : "no") +
+             " | " + std::to_string(r.loss_spikes) + "/" + std::to_string(r.grad_spikes) + " | " +
+             cell(r.max_attn_logit_l0, "%.1f") + " | " + cell(r.tokens_per_s, "%.0f") + " |\n";
+  std::printf("%s", table.c_str());
+  if (options.out_dir.empty()) return 0;
+
+  const std::string& out = options.out_dir;
+  ensure_directory(out);
+  write_file_atomic(out + "/compare.csv", summary_csv(rows));
+  write_file_atomic(out + "/runs.json", runs.dump(2) + "\n");
+  std::vector<std::string> plots;
+  std::string note;
+  const int code = options.plots ? draw_plots("scripts/plot_runs.py", {out}, out, options.python,
+                                              {"loss", "val_loss", "attn_logit", "grad_norm", "output_logits"}, &plots,
+                                              &note)
+                                 : 0;
+  std::string md = "# Runs compared\n\n" + table + "\nPerplexity is exp(loss). A run without summary.json is read from "
+                   "its metrics.jsonl so far (running: its lock is held).\n";
+  if (!note.empty()) md += "\n" + note + "\n";
+  for (const auto& p : plots) md += "\n![" + p + "](plots/" + p + ".png)\n";
+  write_file_atomic(out + "/compare.md", md);
+  std::printf("compare: %s/compare.md, %s/compare.csv%s\n", out.c_str(), out.c_str(),
+              plots.empty() ? "" : (", " + std::to_string(plots.size()) + " plots in " + out + "/plots").c_str());
+  return code;
+}
+
+}  // namespace keel
