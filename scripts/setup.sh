@@ -13,7 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 build_dir=${KEEL_BUILD_DIR:-build}
-say() { printf '[setup] %s\n' "$*"; }
+start=$(date +%s)
+say() { printf '[setup %4ds] %s\n' "$(( $(date +%s) - start ))" "$*"; }
 
 # 1. Debian packages.
 debs=(build-essential cmake ninja-build pkg-config git python3-venv zlib1g-dev
@@ -26,7 +27,7 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-  say "installing Debian packages: ${missing[*]}"
+  say "installing Debian packages (about a minute): ${missing[*]}"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
@@ -39,10 +40,14 @@ if [ ! -x .venv/bin/python ]; then
   say "creating .venv with $($py --version 2>&1)"
   "$py" -m venv .venv
 fi
-req_hash=$(sha256sum scripts/requirements.txt | cut -c1-16)
+# The first command needs requirements.txt; scripts/test.sh asks for
+# requirements-test.txt (KEEL_REQUIREMENTS), which adds the test packages.
+req=${KEEL_REQUIREMENTS:-scripts/requirements.txt}
+req_hash=$(cat "$req" scripts/requirements.txt | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.keel-requirements 2>/dev/null)" != "$req_hash" ]; then
-  say "installing Python packages from scripts/requirements.txt (PyTorch wheel is large; first time only)"
-  .venv/bin/pip install --quiet --disable-pip-version-check -r scripts/requirements.txt
+  say "installing Python packages from $req: the PyTorch wheel and its CUDA libraries are about 5 GB" \
+      "(first time only; 2-6 minutes on a fast link)"
+  .venv/bin/pip install --quiet --disable-pip-version-check -r "$req"
   echo "$req_hash" > .venv/.keel-requirements
 else
   say "Python packages: up to date"
@@ -58,6 +63,10 @@ if [ ! -f "$build_dir/build.ninja" ]; then
 fi
 jobs=${KEEL_JOBS:-$(nproc)}
 target=${KEEL_BUILD_TARGET:-keel}
-say "building $target ($jobs jobs)"
+case $target in
+  keel) estimate="about 8 minutes on 2 cores the first time, seconds after" ;;
+  *) estimate="about 15 minutes on 2 cores the first time (the test programs too)" ;;
+esac
+say "building $target with $jobs jobs ($estimate)"
 cmake --build "$build_dir" -j "$jobs" --target "$target"
 say "done: $root/$build_dir/keel"
