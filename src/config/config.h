@@ -147,8 +147,9 @@ struct MonitorConfig {
   double spike_score_sigma = 7.0;
   bool skip_on_spike = false;
   double diverge_loss_factor = 3.0;        // diverged when loss > factor * initial loss
-  double diverge_attn_logit = 1e4;         // diverged when layer-0 max attention logit exceeds this
-  bool stop_on_divergence = false;
+  double diverge_attn_logit = 1e4;         // logit-unstable when layer-0 max attention logit exceeds this
+  bool stop_on_divergence = false;         // stop once the loss diverged
+  bool stop_on_logit_instability = false;  // stop once the attention logits are unstable
 };
 
 struct CheckpointConfig {

@@ -93,13 +93,16 @@ void declare_monitor_keys(Schema& s, MonitorConfig& m) {
   s.boolean("monitor.skip_on_spike", &m.skip_on_spike, "skip the optimizer update on a flagged spike (costs one host sync per step on CUDA: the "
             "verdict comes before the update)");
   auto& lf = s.real("monitor.diverge_loss_factor", &m.diverge_loss_factor,
-                    "diverged when loss exceeds this times the initial loss");
+                    "loss divergence: the loss exceeds this times the initial loss (or is non-finite)");
   lf.min = 1;
   auto& al = s.real("monitor.diverge_attn_logit", &m.diverge_attn_logit,
-                    "diverged when layer-0 max attention logit exceeds this (Wortsman et al.)");
+                    "attention-logit instability: the layer-0 max attention logit exceeds this (Wortsman et al.); "
+                    "flagged, not divergence: many such runs train on");
   al.min = 0;
   al.min_exclusive = true;
-  s.boolean("monitor.stop_on_divergence", &m.stop_on_divergence, "stop the run once diverged");
+  s.boolean("monitor.stop_on_divergence", &m.stop_on_divergence, "stop the run once the loss diverged");
+  s.boolean("monitor.stop_on_logit_instability", &m.stop_on_logit_instability,
+            "stop the run once the attention logits are unstable (monitor.diverge_attn_logit)");
 }
 
 void declare_checkpoint_keys(Schema& s, CheckpointConfig& c) {

@@ -76,20 +76,32 @@ void StabilityMonitor::observe_model_stats(int64_t step, const nlohmann::json& s
       top_attn_layer_ = static_cast<int64_t>(i);
     }
   }
-  if (!diverged() && !attn.empty()) {
+  if (!logit_unstable() && !attn.empty()) {
     const double l0 = attn[0]["max_logit"].get<double>();
     if (!std::isfinite(l0) || l0 > cfg_.diverge_attn_logit) {
-      diverged_step_ = step;
-      diverged_reason_ = "layer-0 max attention logit " + std::to_string(l0) + " > " +
-                         std::to_string(cfg_.diverge_attn_logit) + " (Wortsman et al. 2023)";
+      logit_unstable_step_ = step;
+      logit_unstable_value_ = l0;
     }
   }
+}
+
+std::string StabilityMonitor::divergence_text() const {
+  return diverged() ? "loss diverged at step " + std::to_string(diverged_step_) + ": " + diverged_reason_ : "";
+}
+
+std::string StabilityMonitor::instability_text() const {
+  return logit_unstable() ? "attention logits unstable at step " + std::to_string(logit_unstable_step_) +
+                                ": layer-0 max logit " + std::to_string(logit_unstable_value_) + " > " +
+                                std::to_string(cfg_.diverge_attn_logit) + " (Wortsman et al. 2023)"
+                          : "";
 }
 
 nlohmann::json StabilityMonitor::summary() const {
   return {{"diverged", diverged()},
           {"diverged_step", diverged() ? nlohmann::json(diverged_step_) : nlohmann::json()},
           {"diverged_reason", diverged() ? nlohmann::json(diverged_reason_) : nlohmann::json()},
+          {"attn_logit_unstable", logit_unstable()},
+          {"attn_logit_unstable_step", logit_unstable() ? nlohmann::json(logit_unstable_step_) : nlohmann::json()},
           {"spikes", {{"loss", loss_spikes_.spikes()}, {"grad_norm", grad_spikes_.spikes()}}},
           {"spike_score_percent", {{"loss", loss_score_.score_percent()}, {"grad_norm", grad_score_.score_percent()}}},
           {"max_attn_logit_per_layer", max_attn_logit_},
@@ -105,6 +117,9 @@ nlohmann::json StabilityMonitor::state() const {
           {"top_attn_layer", top_attn_layer_ ? nlohmann::json(*top_attn_layer_) : nlohmann::json()},
           {"diverged_step", diverged_step_},
           {"diverged_reason", diverged_reason_},
+          {"logit_unstable_step", logit_unstable_step_},
+          {"logit_unstable_value", std::isfinite(logit_unstable_value_) ? nlohmann::json(logit_unstable_value_)
+                                                                         : nlohmann::json()},
           {"max_attn_logit_per_layer", max_attn_logit_},
           {"final_z_loss", std::isfinite(final_z_) ? nlohmann::json(final_z_) : nlohmann::json()}};
 }
@@ -118,6 +133,16 @@ void StabilityMonitor::load_state(const nlohmann::json& s) {
   if (s.at("top_attn_layer").is_number()) top_attn_layer_ = s["top_attn_layer"].get<int64_t>();
   diverged_step_ = s.at("diverged_step").get<int64_t>();
   diverged_reason_ = s.at("diverged_reason").get<std::string>();
+  if (s.contains("logit_unstable_step")) {
+    logit_unstable_step_ = s["logit_unstable_step"].get<int64_t>();
+    if (s.contains("logit_unstable_value") && s["logit_unstable_value"].is_number())
+      logit_unstable_value_ = s["logit_unstable_value"].get<double>();
+  } else if (diverged_reason_.rfind("layer-0 max attention logit", 0) == 0) {
+    // An older keel counted the logit flag as divergence: it is instability.
+    logit_unstable_step_ = diverged_step_;
+    diverged_step_ = -1;
+    diverged_reason_.clear();
+  }
   // Checkpoints before these moved here kept the maxima beside the state.
   if (s.contains("max_attn_logit_per_layer")) max_attn_logit_ = s["max_attn_logit_per_layer"].get<std::vector<double>>();
   if (s.contains("final_z_loss") && s["final_z_loss"].is_number()) final_z_ = s["final_z_loss"].get<double>();

@@ -1,6 +1,9 @@
 // Run-level stability bookkeeping (docs/reference.md#spike-and-divergence-signals):
-// spike detection on the loss and the gradient norm, OLMo 2 spike scores, and
-// divergence. The trainer pushes each step's (loss, grad norm) as a device
+// spike detection on the loss and the gradient norm, OLMo 2 spike scores,
+// and two different things kept apart: loss divergence (a non-finite loss, or
+// one above monitor.diverge_loss_factor x the initial loss) and attention-
+// logit instability (layer-0 max logit above monitor.diverge_attn_logit,
+// Wortsman et al.), which many runs survive. The trainer pushes each step's (loss, grad norm) as a device
 // tensor and drains them on logging steps with one host copy, so detection adds
 // no per-step sync; only monitor.skip_on_spike needs each step's verdict before
 // its update.
@@ -38,11 +41,14 @@ class StabilityMonitor {
   std::vector<SpikeEvent> observe(int64_t step, double loss, double grad_norm);
   // Statistics of a monitor step (train/model_stats.h: "attn", "output"):
   // tracks the top layer and each layer's largest logit over the run, the
-  // latest z-loss, and checks the layer-0 maximum logit against
-  // monitor.diverge_attn_logit.
+  // latest z-loss, and flags logit instability when the layer-0 maximum
+  // logit passes monitor.diverge_attn_logit.
   void observe_model_stats(int64_t step, const nlohmann::json& stats);
 
-  bool diverged() const { return diverged_step_ >= 0; }
+  bool diverged() const { return diverged_step_ >= 0; }            // the loss diverged
+  bool logit_unstable() const { return logit_unstable_step_ >= 0; }  // the attention logits did
+  std::string divergence_text() const;                               // why, for the log
+  std::string instability_text() const;
   nlohmann::json summary() const;  // spike counts and scores, divergence, attention maxima, final z-loss
   nlohmann::json state() const;    // everything, for checkpoints
   void load_state(const nlohmann::json& state);
@@ -59,6 +65,8 @@ class StabilityMonitor {
   double final_z_ = NAN;                // z-loss of the output logits at the last monitor step
   int64_t diverged_step_ = -1;
   std::string diverged_reason_;
+  int64_t logit_unstable_step_ = -1;
+  double logit_unstable_value_ = NAN;
 };
 
 }  // namespace keel

@@ -15,7 +15,7 @@ LrSensitivity lr_sensitivity(const std::vector<LrResult>& results, double init_l
   std::map<double, PerLr> by_lr;  // ordered by LR
   LrSensitivity s{NAN, NAN, NAN, NAN, 0, 0};
   for (const auto& r : results) {
-    const bool counts_as_l0 = r.diverged || !std::isfinite(r.final_loss);
+    const bool counts_as_l0 = r.diverged || !std::isfinite(r.final_loss) || r.final_loss >= init_loss;
     auto& p = by_lr[r.lr];
     p.sum += counts_as_l0 ? init_loss : std::min(r.final_loss, init_loss);
     ++p.n;

@@ -5,8 +5,9 @@
 //   mean over the LR grid of [ min(l(eta), l0) - l* ]
 //
 // l(eta): final loss at peak learning rate eta; l0: loss at initialization;
-// l*: best final loss over the grid. A diverged point, or one without a
-// finite loss, counts as l0. Lower is better (less sensitive); read it
+// l*: best final loss over the grid. A point whose loss diverged (non-finite,
+// exploding, or a final loss at or above l0) counts as l0; any other point
+// counts with its real final loss, whatever its attention logits did. Lower is better (less sensitive); read it
 // together with the loss-vs-LR curve.
 #pragma once
 
@@ -27,7 +28,7 @@ struct LrSensitivity {
   double best_lr;        // the LR where l* is reached (the smaller one on a tie); NaN if all diverged
   double max_stable_lr;  // largest LR none of whose runs diverged; NaN if none
   size_t grid_points;    // distinct learning rates
-  size_t diverged;       // results counted as l0 because they diverged or have no finite loss
+  size_t diverged;       // results counted as l0: loss diverged, no finite loss, or final loss >= l0
 };
 
 // Several results at one LR (seeds) are averaged after capping at l0.

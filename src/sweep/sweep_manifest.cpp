@@ -155,7 +155,7 @@ PointStatus point_status(const std::string& run_dir) {
     auto summary = nlohmann::json::parse(read_small_file(summary_path), nullptr, false);
     if (!summary.is_discarded()) {
       const std::string by = summary.value("stopped_by", "");
-      if (by == "completed" || by == "diverged" || by == "nonfinite") {
+      if (by == "completed" || by == "diverged" || by == "nonfinite" || by == "logit_unstable") {
         s.state = PointState::finished;
         s.stopped_by = by;
         s.step = summary.value("steps", int64_t{0});

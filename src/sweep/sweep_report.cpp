@@ -149,7 +149,8 @@ void read_run_summary(const std::string& run_dir, PointRow& r) {
     auto s = nlohmann::json::parse(read_small_file(summary_path), nullptr, false);
     if (s.is_object()) {
       const std::string by = s.value("stopped_by", "");
-      r.status = (by == "completed" || by == "diverged" || by == "nonfinite") ? by : "interrupted";
+      r.status = (by == "completed" || by == "diverged" || by == "nonfinite" || by == "logit_unstable") ? by
+                                                                                                       : "interrupted";
       r.steps = s.value("steps", int64_t{0});
       r.final_loss = num(s, "final_loss");
       r.final_val_loss = num(s, "final_val_loss");
@@ -158,6 +159,9 @@ void read_run_summary(const std::string& run_dir, PointRow& r) {
       r.diverged = s.value("diverged", false) || by == "nonfinite";
       if (s.contains("diverged_step") && s["diverged_step"].is_number()) r.diverged_step = s["diverged_step"].get<int64_t>();
       if (s.contains("diverged_reason") && s["diverged_reason"].is_string()) r.diverged_reason = s["diverged_reason"];
+      r.logit_unstable = s.value("attn_logit_unstable", false);
+      if (s.contains("attn_logit_unstable_step") && s["attn_logit_unstable_step"].is_number())
+        r.logit_unstable_step = s["attn_logit_unstable_step"].get<int64_t>();
       if (by == "nonfinite" && r.diverged_reason.empty()) {
         r.diverged_reason = "non-finite loss or gradient (train.nonfinite: halt)";
         r.diverged_step = r.steps;
@@ -208,7 +212,7 @@ std::string summary_csv(const std::vector<PointRow>& rows) {
   std::string out =
       "point,variant,lr,seed,status,steps,max_steps,final_loss,final_val_loss,best_val_loss,initial_loss,diverged,"
       "diverged_step,diverged_reason,spike_score_loss,spike_score_grad_norm,loss_spikes,grad_norm_spikes,"
-      "max_attn_logit_l0,tokens_per_s,time_s\n";
+      "max_attn_logit_l0,tokens_per_s,time_s,attn_logit_unstable,attn_logit_unstable_step\n";
   for (const auto& r : rows) {
     out += csv_field(r.name) + "," + csv_field(r.variant) + "," + strf("%g", r.lr) + "," + std::to_string(r.seed) + "," +
            r.status + "," + std::to_string(r.steps) + "," + std::to_string(r.max_steps) + "," + fmt(r.final_loss, "%.6g") +
@@ -216,7 +220,9 @@ std::string summary_csv(const std::vector<PointRow>& rows) {
            "," + (r.diverged ? "true" : "false") + "," + (r.diverged_step >= 0 ? std::to_string(r.diverged_step) : "") +
            "," + csv_field(r.diverged_reason) + "," + fmt(r.spike_score_loss, "%.6g") + "," +
            fmt(r.spike_score_grad, "%.6g") + "," + std::to_string(r.loss_spikes) + "," + std::to_string(r.grad_spikes) +
-           "," + fmt(r.max_attn_logit_l0, "%.6g") + "," + fmt(r.tokens_per_s, "%.1f") + "," + fmt(r.time_s, "%.1f") + "\n";
+           "," + fmt(r.max_attn_logit_l0, "%.6g") + "," + fmt(r.tokens_per_s, "%.1f") + "," + fmt(r.time_s, "%.1f") +
+           "," + (r.logit_unstable ? "true" : "false") + "," +
+           (r.logit_unstable_step >= 0 ? std::to_string(r.logit_unstable_step) : "") + "\n";
   }
   return out;
 }
@@ -269,17 +275,22 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
   m += "## Learning-rate sensitivity per variant\n\n";
   m += "LR sensitivity (Wortsman et al. 2023): the mean over the LR grid of min(ℓ(η), ℓ₀) − ℓ*, where ℓ(η) is the "
        "final loss at peak LR η (validation loss), ℓ₀ the loss at initialization (here ln(vocab size), the loss of the "
-       "uniform prediction a freshly initialized model makes) and ℓ* the best final loss over the grid; diverged points "
-       "count as ℓ₀, and so do losses above it. Lower "
-       "means less sensitive to the choice of LR. Read it with the loss-vs-LR plot.\n\n";
-  m += "| variant | finished | diverged | ℓ₀ | best LR | best final loss ℓ* | LR sensitivity | largest LR without divergence |\n"
-       "|---|---|---|---|---|---|---|---|\n";
-  for (const auto& v : variants)
+       "uniform prediction a freshly initialized model makes) and ℓ* the best final loss over the grid. A point whose "
+       "loss diverged (non-finite, above `monitor.diverge_loss_factor` × its initial loss, or a final loss at or above "
+       "ℓ₀) counts as ℓ₀; every other point counts with its real final loss, also when its attention logits passed "
+       "`monitor.diverge_attn_logit` (logit-unstable: reported, not counted as divergence). Lower means less "
+       "sensitive to the choice of LR. Read it with the loss-vs-LR plot.\n\n";
+  m += "| variant | finished | loss diverged | logit-unstable | ℓ₀ | best LR | best final loss ℓ* | LR sensitivity | "
+       "largest LR without divergence |\n|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& v : variants) {
+    size_t unstable = 0;
+    for (const auto& r : rows) unstable += r.variant == v.variant && r.finished() && r.logit_unstable;
     m += "| " + v.variant + " | " + std::to_string(v.finished) + "/" + std::to_string(v.points) + " | " +
-         std::to_string(v.lr.diverged) + " | " + md(v.init_loss, "%.3f") + " | " + lr_text(v.lr.best_lr) + " | " +
+         std::to_string(v.lr.diverged) + " | " + std::to_string(unstable) + " | " + md(v.init_loss, "%.3f") + " | " + lr_text(v.lr.best_lr) + " | " +
          md(v.lr.best_loss) + " | " + (std::isfinite(v.lr.sensitivity) ? strf("%.4f", v.lr.sensitivity) :
                                        v.finished ? std::string("all diverged") : std::string("-")) +
          " | " + lr_text(v.lr.max_stable_lr) + " |\n";
+  }
   m += "\n";
   // Plain facts per variant, generated from the table above.
   for (const auto& v : variants) {
@@ -310,11 +321,13 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
 
   m += "## Points\n\n";
   m += "| point | variant | LR | status | steps | final val loss | best val loss | diverged (step: reason) | "
-       "spike score loss / grad % | max L0 attn logit | tokens/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "logit-unstable (step) | spike score loss / grad % | max L0 attn logit | tokens/s |\n"
+       "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
     m += "| " + r.name + " | " + r.variant + " | " + lr_text(r.lr) + " | " + r.status + " | " + std::to_string(r.steps) +
          "/" + std::to_string(r.max_steps) + " | " + md(r.final_val_loss) + " | " + md(r.best_val_loss) + " | " +
          (r.diverged ? std::to_string(r.diverged_step) + ": " + r.diverged_reason : std::string("-")) + " | " +
+         (r.logit_unstable ? "yes (" + std::to_string(r.logit_unstable_step) + ")" : std::string("-")) + " | " +
          md(r.spike_score_loss, "%.2f") + " / " + md(r.spike_score_grad, "%.2f") + " | " + md(r.max_attn_logit_l0, "%.1f") +
          " | " + md(r.tokens_per_s, "%.0f") + " |\n";
   m += "\nColumns as in `summary.csv`; per-variant numbers in `lr_sensitivity.csv`. Each point's run directory holds "

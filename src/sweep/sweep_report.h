@@ -34,13 +34,17 @@ struct PointRow {
   int64_t steps = 0, max_steps = 0;
   int64_t vocab_size = 0;
   double final_loss = NAN, final_val_loss = NAN, best_val_loss = NAN, initial_loss = NAN;
-  bool diverged = false;
+  bool diverged = false;  // the loss diverged (non-finite or exploding)
   int64_t diverged_step = -1;
   std::string diverged_reason;
+  bool logit_unstable = false;  // layer-0 max attention logit passed monitor.diverge_attn_logit; not divergence
+  int64_t logit_unstable_step = -1;
   double spike_score_loss = NAN, spike_score_grad = NAN;
   int64_t loss_spikes = 0, grad_spikes = 0;
   double max_attn_logit_l0 = NAN, tokens_per_s = NAN, time_s = NAN;
-  bool finished() const { return status == "completed" || status == "diverged" || status == "nonfinite"; }
+  bool finished() const {
+    return status == "completed" || status == "diverged" || status == "nonfinite" || status == "logit_unstable";
+  }
   // The loss the LR sensitivity uses: final validation loss, else final training loss.
   double result_loss() const { return std::isfinite(final_val_loss) ? final_val_loss : final_loss; }
 };

@@ -226,7 +226,7 @@ class Runner {
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (st.state == PointState::finished && (code == 0 || code == 3)) {
       ++done_;
-      if (st.stopped_by != "completed") ++diverged_;
+      if (st.stopped_by == "diverged" || st.stopped_by == "nonfinite") ++diverged_;  // the loss diverged
       child_seconds_ += secs;
       child_steps_ += static_cast<double>(std::max<int64_t>(1, st.step - r.start_step));
       log_.info(strf("done  %s: %s at step %lld/%lld in %s", p.name.c_str(), st.stopped_by.c_str(),

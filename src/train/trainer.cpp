@@ -75,9 +75,9 @@ int Trainer::run() {
       plan.stop();
       record_spikes(stability_->drain());
     }
-    if (plan.log || vote.diverged) log_step(plan, report);
-    if (vote.diverged) {
-      stopped_by = "diverged";
+    if (plan.log || vote.instability) log_step(plan, report);
+    if (vote.instability) {
+      stopped_by = vote.instability;
       break;
     }
     if (plan.checkpoint) save_checkpoint(plan.step);
@@ -364,7 +364,7 @@ bool Trainer::halt_on_nonfinite(const StepPlan& plan) {
 Trainer::StopVote Trainer::vote_on_stopping(const StepPlan& plan) {
   StopVote vote;
   vote.signal = stop_requested();
-  bool diverged = stability_->diverged();
+  bool diverged = stability_->diverged(), unstable = stability_->logit_unstable();
   if (dist_->distributed()) {
     if (plan.host_sync) {
       // With the verdicts, this rank's seconds per step since the last vote:
@@ -372,29 +372,37 @@ Trainer::StopVote Trainer::vote_on_stopping(const StepPlan& plan) {
       const auto now = std::chrono::steady_clock::now();
       const double step_s = std::chrono::duration<double>(now - last_vote_time_).count() /
                             static_cast<double>(std::max<int64_t>(1, plan.step - last_vote_step_));
-      auto votes = torch::tensor({vote.signal ? 1.0 : 0.0, diverged ? 1.0 : 0.0, step_s},
+      auto votes = torch::tensor({vote.signal ? 1.0 : 0.0, diverged ? 1.0 : 0.0, unstable ? 1.0 : 0.0, step_s},
                                  torch::TensorOptions().dtype(torch::kFloat32)).to(compute_.device);
       dist_->all_reduce_max(votes, "the stop vote");
       auto host = votes.cpu();  // sync point
       vote.signal = host[0].item<float>() > 0;
       diverged = host[1].item<float>() > 0;
-      vote_cadence_.voted(plan.step, host[2].item<float>());
+      unstable = host[2].item<float>() > 0;
+      vote_cadence_.voted(plan.step, host[3].item<float>());
       last_vote_time_ = now;
       last_vote_step_ = plan.step;
     } else {
-      vote.signal = diverged = false;  // decided at the next synchronising step
+      vote.signal = diverged = unstable = false;  // decided at the next synchronising step
     }
   }
   vote.stop_after = opts_.stop_after_step > 0 && plan.step == opts_.stop_after_step;
+  // Each is reported once (rank 0 knows why; other ranks only that it
+  // happened) and stops the run only where the config asks for it.
   if (diverged && !divergence_reported_) {
     divergence_reported_ = true;
-    if (stability_->diverged()) {  // rank 0 always knows why; other ranks only that it happened
-      const auto sum = stability_->summary();
-      run_->log->warn(strf("diverged at step %lld: %s%s", static_cast<long long>(sum["diverged_step"].get<int64_t>()),
-                           sum["diverged_reason"].get<std::string>().c_str(),
-                           cfg_.monitor.stop_on_divergence ? "; stopping (monitor.stop_on_divergence)" : ""));
-    }
-    vote.diverged = cfg_.monitor.stop_on_divergence;
+    if (stability_->diverged())
+      run_->log->warn(stability_->divergence_text() +
+                      (cfg_.monitor.stop_on_divergence ? "; stopping (monitor.stop_on_divergence)" : ""));
+    if (cfg_.monitor.stop_on_divergence) vote.instability = "diverged";
+  }
+  if (unstable && !instability_reported_) {
+    instability_reported_ = true;
+    if (stability_->logit_unstable())
+      run_->log->warn(stability_->instability_text() +
+                      (cfg_.monitor.stop_on_logit_instability ? "; stopping (monitor.stop_on_logit_instability)"
+                                                              : "; training on (the loss decides divergence)"));
+    if (cfg_.monitor.stop_on_logit_instability && !vote.instability) vote.instability = "logit_unstable";
   }
   return vote;
 }

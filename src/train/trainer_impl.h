@@ -43,7 +43,7 @@ class Trainer {
   struct StopVote {
     bool signal = false;        // SIGINT/SIGTERM here or on another rank
     bool stop_after = false;    // --stop-after-step
-    bool diverged = false;      // newly diverged and monitor.stop_on_divergence
+    const char* instability = nullptr;  // "diverged" | "logit_unstable": newly so, and the config stops on it
     bool stopping() const { return signal || stop_after; }
   };
 
@@ -98,7 +98,7 @@ class Trainer {
   int64_t start_step_ = 0, steps_done_ = 0, last_saved_step_ = -1;
   int64_t nonfinite_seen_ = 0;   // non-finite steps recorded in nonfinite.jsonl
   int64_t spike_skips_ = 0;      // updates skipped by monitor.skip_on_spike
-  bool divergence_reported_ = false;
+  bool divergence_reported_ = false, instability_reported_ = false;
 };
 
 }  // namespace keel

@@ -14,8 +14,8 @@ TEST(LrSensitivity, MeanOverTheGridOfCappedLossMinusBest) {
       {1e-3, 5.0, false},
       {3e-3, 4.0, false},   // best
       {1e-2, 4.5, false},
-      {3e-2, 9.0, false},   // worse than init: capped at l0
-      {1e-1, 4.2, true},    // diverged (e.g. attention logit) counts as l0 whatever its loss
+      {3e-2, 9.0, false},   // a final loss at or above l0 is loss divergence: l0
+      {1e-1, 4.2, true},    // diverged (the loss exploded on the way) counts as l0 whatever its final loss
       {3e-1, NAN, false},   // no finite loss counts as l0
   };
   auto s = keel::lr_sensitivity(table, l0);
@@ -23,9 +23,9 @@ TEST(LrSensitivity, MeanOverTheGridOfCappedLossMinusBest) {
   EXPECT_DOUBLE_EQ(s.sensitivity, 2.25);
   EXPECT_DOUBLE_EQ(s.best_loss, 4.0);
   EXPECT_DOUBLE_EQ(s.best_lr, 3e-3);
-  EXPECT_DOUBLE_EQ(s.max_stable_lr, 3e-2);
+  EXPECT_DOUBLE_EQ(s.max_stable_lr, 1e-2);
   EXPECT_EQ(s.grid_points, 6u);
-  EXPECT_EQ(s.diverged, 2u);
+  EXPECT_EQ(s.diverged, 3u);
 }
 
 TEST(LrSensitivity, OrderDoesNotMatterAndSeedsAverageAfterCapping) {
@@ -48,7 +48,7 @@ TEST(LrSensitivity, AFlatCurveIsInsensitiveAndAllDivergedIsNotANumber) {
   auto dead = keel::lr_sensitivity({{1e-3, NAN, true}, {1e-2, 9.0, false}}, 8.0);
   EXPECT_TRUE(std::isnan(dead.sensitivity));
   EXPECT_TRUE(std::isnan(dead.best_lr));
-  EXPECT_EQ(dead.diverged, 1u);
+  EXPECT_EQ(dead.diverged, 2u);  // 9.0 >= l0: a final loss above the initial one is loss divergence too
   auto none = keel::lr_sensitivity({}, 8.0);
   EXPECT_EQ(none.grid_points, 0u);
   EXPECT_TRUE(std::isnan(none.sensitivity));

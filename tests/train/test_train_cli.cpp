@@ -509,6 +509,26 @@ TEST_F(TrainCli, DivergenceIsMarkedAndCanStopTheRun) {
   EXPECT_EQ(s["steps"], 5);
 }
 
+// Attention-logit instability is flagged and the run trains on; only
+// monitor.stop_on_logit_instability stops it there (issue 17).
+TEST_F(TrainCli, LogitInstabilityIsFlaggedAndStopsOnlyWhenAsked) {
+  std::string out;
+  const std::string low = "--set monitor.diverge_attn_logit=1e-3 --set checkpoint.every=0";  // passed at step 3
+  ASSERT_EQ(run_keel(args("unstable", low), &out), 0) << out;
+  EXPECT_NE(out.find("attention logits unstable at step 3"), std::string::npos) << out;
+  auto s = read_json(run_path("unstable") + "/summary.json");
+  EXPECT_EQ(s["stopped_by"], "completed");
+  EXPECT_EQ(s["steps"], 12);
+  EXPECT_EQ(s["attn_logit_unstable"], true);
+  EXPECT_EQ(s["attn_logit_unstable_step"], 3);
+  EXPECT_EQ(s["diverged"], false);
+  ASSERT_EQ(run_keel(args("unstable_stop", low + " --set monitor.stop_on_logit_instability=true"), &out), 0) << out;
+  s = read_json(run_path("unstable_stop") + "/summary.json");
+  EXPECT_EQ(s["stopped_by"], "logit_unstable");
+  EXPECT_EQ(s["steps"], 3);
+  EXPECT_EQ(s["diverged"], false);
+}
+
 // Wortsman et al. 2023: at a very high learning rate without QK-Norm the
 // attention logits grow; the monitor must show it in metrics.jsonl.
 TEST_F(TrainCli, HighLearningRateGrowsLayerZeroAttentionLogits) {
