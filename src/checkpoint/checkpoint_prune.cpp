@@ -69,10 +69,12 @@ std::vector<std::string> CheckpointStore::prune(int64_t keep_last, int64_t keep_
     }
     // One that would take a keep_last slot must be whole to the last byte: a
     // corrupt one counted there would let a good older one be deleted. Those
-    // past the slots are about to go, so their sizes are enough.
+    // past the slots are about to go, so their sizes are enough, and the
+    // newest valid one latest_valid() has just read whole.
     const bool recent = recent_kept < keep_last;
+    const bool read_whole = recent && step != newest_valid_step;
     try {
-      verify(dir, recent ? VerifyLevel::checksums : VerifyLevel::sizes);
+      verify(dir, read_whole ? VerifyLevel::checksums : VerifyLevel::sizes);
     } catch (const Error&) {  // CheckpointError or FileError
       continue;  // corrupt: never counted, never deleted here; left for inspection
     }

@@ -15,7 +15,6 @@ namespace keel {
 
 namespace {
 
-std::string cell(double v, const char* format = "%.4f") { return std::isfinite(v) ? strf(format, v) : "-"; }
 std::string loss_and_ppl(double loss) {
   return std::isfinite(loss) ? strf("%.4f (%.1f)", loss, std::exp(loss)) : "-";
 }
@@ -60,8 +59,10 @@ void read_metrics_so_far(const std::string& run_dir, PointRow& r) {
   if (tok_n > 0) r.tokens_per_s = tok_sum / static_cast<double>(tok_n);
 }
 
-std::map<std::string, std::string> resolved_values(const std::string& run_dir) {
-  std::map<std::string, std::string> out;
+}  // namespace
+
+ConfigValues resolved_values(const std::string& run_dir) {
+  ConfigValues out;
   try {
     Config c = load_config(run_dir + "/config.yaml");
     Schema s = make_schema(c);
@@ -71,9 +72,7 @@ std::map<std::string, std::string> resolved_values(const std::string& run_dir) {
   return out;
 }
 
-}  // namespace
-
-PointRow read_run_row(const std::string& run_dir) {
+PointRow read_run_row(const std::string& run_dir, const ConfigValues& config) {
   PointRow r;
   r.name = run_dir;
   read_run_summary(run_dir, r);
@@ -81,21 +80,17 @@ PointRow read_run_row(const std::string& run_dir) {
     read_metrics_so_far(run_dir, r);
     r.status = dir_is_locked(run_dir) ? "running" : r.steps > 0 ? "interrupted" : "not started";
   }
-  const auto config = resolved_values(run_dir);
   if (config.count("train.lr")) r.lr = std::strtod(config.at("train.lr").c_str(), nullptr);
   if (config.count("train.max_steps")) r.max_steps = std::stoll(config.at("train.max_steps"));
   if (config.count("run.seed")) r.seed = std::stoll(config.at("run.seed"));
   return r;
 }
 
-std::vector<std::map<std::string, std::string>> differing_keys(const std::vector<std::string>& run_dirs) {
-  std::vector<std::map<std::string, std::string>> values;
+std::vector<ConfigValues> differing_keys(const std::vector<ConfigValues>& values) {
   std::set<std::string> keys;
-  for (const auto& d : run_dirs) {
-    values.push_back(resolved_values(d));
-    for (const auto& [k, v] : values.back()) keys.insert(k);
-  }
-  std::vector<std::map<std::string, std::string>> out(run_dirs.size());
+  for (const auto& v : values)
+    for (const auto& [k, value] : v) keys.insert(k);
+  std::vector<ConfigValues> out(values.size());
   for (const auto& k : keys) {
     if (k == "run.name" || k == "run.out_dir") continue;
     std::set<std::string> seen;
@@ -110,11 +105,13 @@ int compare_runs(const std::vector<std::string>& run_dirs, const CompareOptions&
   for (const auto& d : run_dirs)
     if (!path_exists(d + "/metrics.jsonl") && !path_exists(d + "/summary.json"))
       throw RunDirError(d + " is not a run directory (no metrics.jsonl or summary.json)");
-  const auto diffs = differing_keys(run_dirs);
+  std::vector<ConfigValues> configs;  // each config.yaml read once
+  for (const auto& d : run_dirs) configs.push_back(resolved_values(d));
+  const auto diffs = differing_keys(configs);
   std::vector<PointRow> rows;
   nlohmann::json runs = nlohmann::json::array();
   for (size_t i = 0; i < run_dirs.size(); ++i) {
-    PointRow r = read_run_row(run_dirs[i]);
+    PointRow r = read_run_row(run_dirs[i], configs[i]);
     for (const auto& [k, v] : diffs[i]) r.variant += (r.variant.empty() ? "" : ", ") + k + "=" + v;
     if (r.variant.empty()) r.variant = base_name(run_dirs[i]);  // identical configs: the directory names tell them apart
     runs.push_back({{"dir", real_path(run_dirs[i])}, {"label", base_name(run_dirs[i]) + ": " + r.variant}});
@@ -131,7 +128,7 @@ int compare_runs(const std::vector<std::string>& run_dirs, const CompareOptions&
              (r.diverged ? "yes" + (r.diverged_step >= 0 ? " (step " + std::to_string(r.diverged_step) + ")" : "")
                          : "no") +
              " | " + std::to_string(r.loss_spikes) + "/" + std::to_string(r.grad_spikes) + " | " +
-             cell(r.max_attn_logit_l0, "%.1f") + " | " + cell(r.tokens_per_s, "%.0f") + " |\n";
+             md_cell(r.max_attn_logit_l0, "%.1f") + " | " + md_cell(r.tokens_per_s, "%.0f") + " |\n";
   std::printf("%s", table.c_str());
   if (options.out_dir.empty()) return 0;
 

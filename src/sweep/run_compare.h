@@ -20,14 +20,18 @@ struct CompareOptions {
   std::string python;   // as ReportOptions::python
 };
 
+// key -> resolved value of a run's config.yaml (empty when it cannot be read).
+using ConfigValues = std::map<std::string, std::string>;
+ConfigValues resolved_values(const std::string& run_dir);
+
 // One run's row: from summary.json when the run has finished, else from its
 // metrics.jsonl so far ("running" while another process holds the run's lock).
-PointRow read_run_row(const std::string& run_dir);
+PointRow read_run_row(const std::string& run_dir, const ConfigValues& config);
 
 // key -> value per run, for the keys whose resolved values are not all
 // equal (run.name and run.out_dir aside). A run without a readable
 // config.yaml contributes "?".
-std::vector<std::map<std::string, std::string>> differing_keys(const std::vector<std::string>& run_dirs);
+std::vector<ConfigValues> differing_keys(const std::vector<ConfigValues>& runs);
 
 // Returns 0, or 1 when plots were asked for and could not be drawn.
 int compare_runs(const std::vector<std::string>& run_dirs, const CompareOptions& options);

@@ -26,7 +26,6 @@ double num(const nlohmann::json& j, const char* key) {
 }
 
 std::string fmt(double v, const char* format = "%.4f") { return std::isfinite(v) ? strf(format, v) : ""; }
-std::string md(double v, const char* format = "%.4f") { return std::isfinite(v) ? strf(format, v) : "-"; }
 
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
@@ -74,6 +73,8 @@ int run_python(const std::string& python, const std::vector<std::string>& args) 
 }
 
 }  // namespace
+
+std::string md_cell(double v, const char* format) { return std::isfinite(v) ? strf(format, v) : "-"; }
 
 int draw_plots(const std::string& script_name, const std::vector<std::string>& args, const std::string& out,
                const std::string& asked_python, const std::vector<std::string>& names, std::vector<std::string>* drawn,
@@ -286,8 +287,8 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
     size_t unstable = 0;
     for (const auto& r : rows) unstable += r.variant == v.variant && r.finished() && r.logit_unstable;
     m += "| " + v.variant + " | " + std::to_string(v.finished) + "/" + std::to_string(v.points) + " | " +
-         std::to_string(v.lr.diverged) + " | " + std::to_string(unstable) + " | " + md(v.init_loss, "%.3f") + " | " + lr_text(v.lr.best_lr) + " | " +
-         md(v.lr.best_loss) + " | " + (std::isfinite(v.lr.sensitivity) ? strf("%.4f", v.lr.sensitivity) :
+         std::to_string(v.lr.diverged) + " | " + std::to_string(unstable) + " | " + md_cell(v.init_loss, "%.3f") + " | " + lr_text(v.lr.best_lr) + " | " +
+         md_cell(v.lr.best_loss) + " | " + (std::isfinite(v.lr.sensitivity) ? strf("%.4f", v.lr.sensitivity) :
                                        v.finished ? std::string("all diverged") : std::string("-")) +
          " | " + lr_text(v.lr.max_stable_lr) + " |\n";
   }
@@ -300,7 +301,7 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
       if (r.variant == v.variant && r.diverged)
         div.push_back("LR " + lr_text(r.lr) + " at step " + std::to_string(r.diverged_step) + " (" + r.diverged_reason + ")");
     m += "- **" + v.variant + "**: " +
-         (std::isfinite(v.lr.best_lr) ? "best final loss " + md(v.lr.best_loss) + " at LR " + lr_text(v.lr.best_lr)
+         (std::isfinite(v.lr.best_lr) ? "best final loss " + md_cell(v.lr.best_loss) + " at LR " + lr_text(v.lr.best_lr)
                                       : std::string("no point trained below ℓ₀")) +
          "; " + (div.empty() ? std::string("no point diverged") : "diverged: " + joined(div)) + ".\n";
   }
@@ -325,11 +326,11 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
        "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
     m += "| " + r.name + " | " + r.variant + " | " + lr_text(r.lr) + " | " + r.status + " | " + std::to_string(r.steps) +
-         "/" + std::to_string(r.max_steps) + " | " + md(r.final_val_loss) + " | " + md(r.best_val_loss) + " | " +
+         "/" + std::to_string(r.max_steps) + " | " + md_cell(r.final_val_loss) + " | " + md_cell(r.best_val_loss) + " | " +
          (r.diverged ? std::to_string(r.diverged_step) + ": " + r.diverged_reason : std::string("-")) + " | " +
          (r.logit_unstable ? "yes (" + std::to_string(r.logit_unstable_step) + ")" : std::string("-")) + " | " +
-         md(r.spike_score_loss, "%.2f") + " / " + md(r.spike_score_grad, "%.2f") + " | " + md(r.max_attn_logit_l0, "%.1f") +
-         " | " + md(r.tokens_per_s, "%.0f") + " |\n";
+         md_cell(r.spike_score_loss, "%.2f") + " / " + md_cell(r.spike_score_grad, "%.2f") + " | " + md_cell(r.max_attn_logit_l0, "%.1f") +
+         " | " + md_cell(r.tokens_per_s, "%.0f") + " |\n";
   m += "\nColumns as in `summary.csv`; per-variant numbers in `lr_sensitivity.csv`. Each point's run directory holds "
        "its `metrics.jsonl`, `spikes.jsonl`, `summary.json` and TensorBoard events (`tensorboard --logdir " +
        sweep_dir + "`).\n";
@@ -366,7 +367,7 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
               plots.empty() ? "" : (", " + std::to_string(plots.size()) + " plots in " + out + "/plots").c_str());
   for (const auto& v : variants)
     std::printf("  %-20s best LR %-8s best loss %-8s LR sensitivity %-8s diverged %zu/%zu\n", v.variant.c_str(),
-                lr_text(v.lr.best_lr).c_str(), md(v.lr.best_loss).c_str(), md(v.lr.sensitivity).c_str(), v.lr.diverged,
+                lr_text(v.lr.best_lr).c_str(), md_cell(v.lr.best_loss).c_str(), md_cell(v.lr.sensitivity).c_str(), v.lr.diverged,
                 v.finished);
   return code;
 }

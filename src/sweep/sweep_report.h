@@ -69,6 +69,8 @@ void read_run_summary(const std::string& run_dir, PointRow& row);
 std::vector<VariantRow> summarize_variants(const std::vector<PointRow>& rows);
 
 std::string summary_csv(const std::vector<PointRow>& rows);
+// A number for a markdown table cell: printf `format`, or "-" when not finite.
+std::string md_cell(double v, const char* format = "%.4f");
 std::string variants_csv(const std::vector<VariantRow>& variants);
 
 // Writes everything; returns 0, or 1 when the plots could not be drawn

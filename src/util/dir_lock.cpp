@@ -26,14 +26,19 @@ std::string holder_note(int fd) {
   return note.empty() ? "an unknown process" : note;
 }
 
-// Says who holds the lock, for the next one that asks.
-void write_holder_note(int fd, const std::string& path) {
-  const std::string note = "keel pid " + std::to_string(::getpid()) + " on " + host_name() + " since " + utc_now();
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, note.data(), note.size(), 0) != static_cast<ssize_t>(note.size()))
-    throw FileError(path + ": cannot write the lock holder's note: " + std::strerror(errno));
-}
-
 }  // namespace
+
+// Says who holds the lock, for the next one that asks. On failure the lock
+// is let go (a throwing constructor runs no destructor).
+void DirLock::write_holder_note(const std::string& path) {
+  const std::string note = "keel pid " + std::to_string(::getpid()) + " on " + host_name() + " since " + utc_now();
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, note.data(), note.size(), 0) != static_cast<ssize_t>(note.size())) {
+    const std::string why = std::strerror(errno);
+    ::close(fd_);
+    fd_ = -1;
+    throw FileError(path + ": cannot write the lock holder's note: " + why);
+  }
+}
 
 DirLock::DirLock(const std::string& lock_path, const WaitForLock& wait) : dir_(lock_path) {
   fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -48,7 +53,7 @@ DirLock::DirLock(const std::string& lock_path, const WaitForLock& wait) : dir_(l
       throw FileError(lock_path + ": flock failed: " + why);
     }
   }
-  write_holder_note(fd_, lock_path);
+  write_holder_note(lock_path);
 }
 
 DirLock::DirLock(const std::string& dir, const std::string& what) : dir_(dir) {
@@ -67,7 +72,7 @@ DirLock::DirLock(const std::string& dir, const std::string& what) : dir_(dir) {
                         "directory");
     throw RunDirError(what + " " + dir + ": cannot lock " + path + ": " + std::strerror(err));
   }
-  write_holder_note(fd_, path);
+  write_holder_note(path);
 }
 
 DirLock::~DirLock() {

@@ -35,6 +35,7 @@ class DirLock {
   const std::string& dir() const { return dir_; }
 
  private:
+  void write_holder_note(const std::string& path);
   std::string dir_;
   int fd_ = -1;
 };
