@@ -228,6 +228,9 @@ if [[ -n $preflight_ok ]]; then
     section bench-gpt2-graph 40 bench gpt2-graph configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
         --set train.cuda_graph=$graph
     section bench-qknorm 70 qknorm
+    # train.attention_backend: auto prefers cuDNN attention on Hopper; FlashAttention-2 for comparison.
+    section bench-gpt2-flash 40 bench gpt2-flash configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+        --set train.attention_backend=flash
     section train-nccl 35 launch_train
     section bench-default-eager 20 bench default-eager configs/default.yaml "${train_set[@]}" "${steps[@]}"
     section bench-default-graph 20 bench default-graph configs/default.yaml "${train_set[@]}" "${steps[@]}" \
@@ -274,16 +277,19 @@ for path in sorted(glob.glob(f"{scratch}/runs/*/summary.json")):
               f"{num(s.get('final_loss'), '.4f')} | {num(s.get('final_val_loss'), '.4f')} | "
               f"{num(s.get('tokens_per_s'), ',.0f')} | {s.get('stopped_by', '-')} |")
 md += ["", "## Benchmarks (keel bench and bench/bench_pytorch.py records)", "",
-       "| record | tool | device | precision | graph | tokens/step | ms/step (median) | tokens/s | MFU | peak memory (GiB) |",
-       "|---|---|---|---|---|---|---|---|---|---|"]
+       "| record | tool | device | precision | graph | attention | kernels/step | tokens/step | ms/step (median) | tokens/s | MFU | peak memory (GiB) |",
+       "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for name, r in records.items():
     if not isinstance(r.get("step_ms"), dict) or not isinstance(r.get("tokens_per_s"), (int, float)):
         continue  # a summary of several records, shown below
     batch = r.get("batch") or {}
     mem = r.get("peak_memory_bytes")
     tool = r.get("tool", "-") + (" " + r["mode"] if r.get("mode") else "")
+    attention = (r.get("attention") or {}).get("kernel", "-")
+    kernels = (r.get("ops_per_step") or {}).get("kernels", "-")
     md.append(f"| {name} | {tool} | {r.get('device_name', r.get('device', '-'))} | "
-              f"{r.get('precision', '-')} | {r.get('cuda_graph', '-')} | {batch.get('tokens_per_step', '-')} | "
+              f"{r.get('precision', '-')} | {r.get('cuda_graph', '-')} | {attention} | {kernels} | "
+              f"{batch.get('tokens_per_step', '-')} | "
               f"{num(r['step_ms'].get('median'), '.2f')} | {num(r.get('tokens_per_s'), ',.0f')} | "
               f"{num(r.get('mfu'), '.1%')} | {num(mem / 2**30 if isinstance(mem, (int, float)) else None, '.2f')} |")
 for name in ("compare/summary.json", "qknorm/summary.json"):

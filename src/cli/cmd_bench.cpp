@@ -34,6 +34,8 @@ Command add_bench_command(CLI::App& app) {
                   "peak TFLOP/s of this device for MFU (default: data-sheet bf16 peak of known GPUs, "
                   "measured fp32 matmul on CPU)")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--no-op-count{false}", state->options.count_ops,
+                "skip the extra step whose operators are counted (kernel launches per step)");
   cmd->add_flag("--random-data", state->options.random_data,
                 "uniform random tokens instead of data.dir (no data preparation)");
   return [cmd, state]() -> int {

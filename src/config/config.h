@@ -38,6 +38,8 @@ enum class OptimizerImpl { automatic, fused, reference };
 KEEL_CHOICE(OptimizerImpl, "auto", "fused", "reference");
 enum class Precision { automatic, fp32, bf16 };
 KEEL_CHOICE(Precision, "auto", "fp32", "bf16");
+enum class AttentionBackend { automatic, cudnn, flash, efficient, math };
+KEEL_CHOICE(AttentionBackend, "auto", "cudnn", "flash", "efficient", "math");
 enum class NonfinitePolicy { halt, skip };
 KEEL_CHOICE(NonfinitePolicy, "halt", "skip");
 enum class DistBackend { automatic, nccl, gloo };
@@ -131,6 +133,7 @@ struct TrainConfig {
   int64_t threads = 0;                     // CPU threads; 0: all cores of this rank
   int64_t log_every = 10;
   int64_t eval_every = 100;
+  AttentionBackend attention_backend = AttentionBackend::automatic;  // SDPA kernel tried first (device.h)
   int64_t eval_batches = 8;
   NonfinitePolicy nonfinite = NonfinitePolicy::halt;  // halt | skip
   std::string init_from = "";              // checkpoint or run dir whose weights start a fresh run

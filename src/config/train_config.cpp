@@ -58,6 +58,10 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
            "auto = bf16 autocast on CUDA, fp32 on CPU; bf16 = bf16 autocast on either (fp32 weights, loss and "
            "norms; on the CPU fast only with AVX-512 BF16 or AMX)");
   s.boolean("train.tf32", &t.tf32, "allow TF32 matmuls on CUDA");
+  s.choice("train.attention_backend", &t.attention_backend, {},
+           "SDPA kernel tried first where it supports the shapes (the next ones remain as fallbacks; keel bench "
+           "records which ran): auto = cuDNN on Hopper and newer GPUs (faster there), PyTorch's order (flash, "
+           "memory-efficient, math) elsewhere; CPU: flash or math only");
   s.boolean("train.cuda_graph", &t.cuda_graph,
             "capture forward, backward, clip and AdamW as one CUDA graph after 3 eager steps and replay it "
             "(small models, where launch overhead dominates); CUDA, one process; not with "

@@ -1,5 +1,8 @@
 #include "model/attention.h"
 
+#include <ATen/SDPBackend.h>
+#include <ATen/autocast_mode.h>
+
 #include <cmath>
 
 #include "model/fused_ops.h"
@@ -77,6 +80,24 @@ torch::Tensor reparam_linear(const torch::Tensor& x, const torch::Tensor& w, con
   return keel::linear(x, w * sigma->scale(w).to(w.scalar_type()), b);
 }
 
+torch::Tensor fused_linear(const torch::Tensor& x, const std::vector<LinearPart>& parts) {
+  if (parts.size() == 1) return reparam_linear(x, parts[0].w, parts[0].b, parts[0].sigma);
+  std::vector<torch::Tensor> weights, biases;
+  for (const auto& p : parts) {
+    weights.push_back(p.sigma ? p.w * p.sigma->scale(p.w).to(p.w.scalar_type()) : p.w);
+    if (p.b.defined()) biases.push_back(p.b);
+  }
+  TORCH_CHECK(biases.empty() || biases.size() == parts.size(), "fused_linear: some parts have a bias, some not");
+  return keel::linear(x, torch::cat(weights, 0), biases.empty() ? torch::Tensor() : torch::cat(biases, 0));
+}
+
+torch::Tensor to_compute_dtype(const torch::Tensor& x) {
+  const auto device = x.device().type();
+  if (!at::autocast::is_autocast_enabled(device) || !x.is_floating_point()) return x;
+  const auto dtype = at::autocast::get_autocast_dtype(device);
+  return x.scalar_type() == dtype ? x : x.to(dtype);
+}
+
 // t: [B, T, heads, head_dim], normalised over groups of heads/groups
 // consecutive heads: the whole projection (OLMo 2), each head (Qwen3), or in
 // between.
@@ -119,20 +140,41 @@ torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k,
   return torch::matmul(p.to(v.scalar_type()), vx);
 }
 
+std::string sdpa_backend_name(int64_t backend) {
+  switch (static_cast<at::SDPBackend>(backend)) {
+    case at::SDPBackend::math: return "math";
+    case at::SDPBackend::flash_attention: return "flash_attention";
+    case at::SDPBackend::efficient_attention: return "efficient_attention";
+    case at::SDPBackend::cudnn_attention: return "cudnn_attention";
+    case at::SDPBackend::overrideable: return "overrideable";
+    case at::SDPBackend::error: return "none";
+  }
+  return "unknown (" + std::to_string(backend) + ")";
+}
+
+std::string AttentionImpl::kernel_name(int64_t batch, int64_t seq_len, torch::Device device,
+                                       torch::ScalarType dtype) const {
+  if (softcap_ || clamp_ || track_head_max) return "explicit";
+  // SDPA's own selection, asked with tensors of the training shapes (values unused).
+  auto opts = torch::TensorOptions().dtype(dtype).device(device).requires_grad(true);
+  auto q = torch::empty({batch, n_heads_, seq_len, head_dim_}, opts);
+  auto kv = torch::empty({batch, n_kv_heads_, seq_len, head_dim_}, opts);
+  return sdpa_backend_name(at::_fused_sdp_choice(q, kv, kv, c10::nullopt, 0.0, /*is_causal=*/true, scale_,
+                                                 /*enable_gqa=*/n_kv_heads_ != n_heads_));
+}
+
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto q = reparam_linear(x, wq, bq, wq_sigma), k = reparam_linear(x, wk, bk, wk_sigma),
-       v = reparam_linear(x, wv, bv, wv_sigma);
-  if (qkv_norm) {  // one norm over the fused [q, k, v] output (Rybakov et al. 2024, "QKV_norm")
-    const int64_t qd = q.size(-1), kd = k.size(-1);
-    auto qkv = qkv_norm->forward(torch::cat({q, k, v}, -1));
-    q = qkv.narrow(-1, 0, qd);
-    k = qkv.narrow(-1, qd, kd);
-    v = qkv.narrow(-1, qd + kd, kd);
-  }
-  q = q.reshape({B, T, n_heads_, head_dim_});
-  k = k.reshape({B, T, n_kv_heads_, head_dim_});
-  v = v.reshape({B, T, n_kv_heads_, head_dim_});
+  const int64_t q_dim = n_heads_ * head_dim_, kv_dim = n_kv_heads_ * head_dim_;
+  // q, k and v in one GEMM, on the input cast once (to_compute_dtype). shape: [B, T, q_dim + 2 kv_dim]
+  auto qkv = fused_linear(to_compute_dtype(x), {{wq, bq, wq_sigma}, {wk, bk, wk_sigma}, {wv, bv, wv_sigma}});
+  // One norm over the fused [q, k, v] output (Rybakov et al. 2024, "QKV_norm").
+  if (qkv_norm) qkv = qkv_norm->forward(qkv);
+  // Views, not copies; split's backward is one cat (narrow's would zero-fill three full-width tensors).
+  auto parts = qkv.split_with_sizes({q_dim, kv_dim, kv_dim}, -1);
+  auto q = parts[0].view({B, T, n_heads_, head_dim_});  // shape: [B, T, H, D], row stride q_dim + 2 kv_dim
+  auto k = parts[1].view({B, T, n_kv_heads_, head_dim_});
+  auto v = parts[2].view({B, T, n_kv_heads_, head_dim_});
 
   const bool norm_first = qk_position_ == QKNormPosition::before_rope;
   if (norm_first) {

@@ -4,6 +4,9 @@
 
 #include <torch/torch.h>
 
+#include <string>
+#include <vector>
+
 #include "config/config.h"
 #include "model/norm.h"
 #include "model/rope.h"
@@ -37,6 +40,11 @@ class AttentionImpl : public torch::nn::Module {
   bool explicit_path(bool with_stats) const {
     return softcap_ || clamp_ || with_stats || (track_head_max && torch::GradMode::is_enabled());
   }
+
+  // Which kernel a training forward of this shape runs: "explicit" (softcap,
+  // clamp or QK-clip) or SDPA's choice for these shapes and the current
+  // priority order ("flash_attention", "cudnn_attention", "math", ...).
+  std::string kernel_name(int64_t batch, int64_t seq_len, torch::Device device, torch::ScalarType dtype) const;
 
   // QK-clip needs each head's largest logit of the step: while set, training
   // forwards take the explicit path and keep the running per-head maximum of
@@ -78,6 +86,26 @@ torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k,
 // Linear layer with an optional sigmaReparam scale on its weight.
 torch::Tensor reparam_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                              const SigmaReparam& sigma);
+
+// One projection of several: a weight, its bias (undefined: none) and σReparam (null: off).
+struct LinearPart {
+  torch::Tensor w, b;
+  SigmaReparam sigma{nullptr};
+};
+// All parts applied to x as one GEMM: the weights (each with its own σReparam
+// scale) are concatenated along the output dimension, so the output is
+// [..., sum of out_i] in the parts' order. The parameters stay separate
+// (checkpoint and Hugging Face names, per-matrix init, QK-clip's row
+// scaling); autograd hands each its rows of the weight gradient as views.
+torch::Tensor fused_linear(const torch::Tensor& x, const std::vector<LinearPart>& parts);
+
+// x in the dtype matmuls run in: the autocast dtype while autocast is on for
+// x's device, else x itself. A sublayer casts its input once this way, so a
+// norm's fp32 output is not cast again by each linear that reads it.
+torch::Tensor to_compute_dtype(const torch::Tensor& x);
+
+// The name of an at::SDPBackend value ("flash_attention", "cudnn_attention", ...).
+std::string sdpa_backend_name(int64_t backend);
 
 double henry_temperature(int64_t seq_len);  // log2(L^2 - L), Henry et al. 2020
 

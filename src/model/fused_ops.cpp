@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <cmath>
@@ -52,18 +53,45 @@ inline T dot(const T* __restrict a, const T* __restrict b, int64_t n) {
   return s;
 }
 
+// Where row i of x, viewed as [rows, x.size(-1)], starts. The last dimension
+// must be dense (stride 1); the leading ones may have any strides, so a head
+// slice of the fused q/k/v projection's output is read in place, not copied.
+struct RowOffsets {
+  explicit RowOffsets(const torch::Tensor& x) : n(x.size(-1)), contiguous(x.is_contiguous()) {
+    for (int64_t d = 0; d + 1 < x.dim(); ++d) {
+      sizes.push_back(x.size(d));
+      strides.push_back(x.stride(d));
+    }
+  }
+  int64_t operator()(int64_t i) const {
+    if (contiguous) return i * n;
+    int64_t offset = 0;
+    for (size_t d = sizes.size(); d-- > 0;) {
+      offset += (i % sizes[d]) * strides[d];
+      i /= sizes[d];
+    }
+    return offset;
+  }
+  int64_t n;
+  bool contiguous;
+  std::vector<int64_t> sizes, strides;
+};
+
+// A dense last dimension as RowOffsets needs (a copy only when it is not).
+torch::Tensor rows_readable(const torch::Tensor& x) { return x.stride(-1) == 1 ? x : x.contiguous(); }
+
 // ---------------------------------------------------------------- row norm
 
 // Rows of length n; the gain (if any) has `period` rows and row i uses gain
 // row i % period. r[i] is the row's scale: rsqrt(mean(x^2) + eps) or
 // 1 / max(||x||, eps).
 template <typename T>
-void row_norm_forward(const T* x, const T* w, T* y, T* r, int64_t rows, int64_t n, int64_t period, double eps,
-                      bool l2) {
+void row_norm_forward(const T* x, const RowOffsets& x_rows, const T* w, T* y, T* r, int64_t rows, int64_t n,
+                      int64_t period, double eps, bool l2) {
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const T* __restrict xi = x + i * n;
+      const T* __restrict xi = x + x_rows(i);
       T* __restrict yi = y + i * n;
       const T ss = dot(xi, xi, n);
       const T ri = l2 ? T(1) / std::max(std::sqrt(ss), static_cast<T>(eps))
@@ -84,8 +112,8 @@ void row_norm_forward(const T* x, const T* w, T* y, T* r, int64_t rows, int64_t 
 // is the constant 1/eps and dx = r * g). dw = sum over rows of dy * xhat, in
 // a fixed number of row blocks summed in order (deterministic).
 template <typename T>
-void row_norm_backward(const T* x, const T* w, const T* r, const T* dy, T* dx, T* dw, int64_t rows, int64_t n,
-                       int64_t period, double eps, bool l2) {
+void row_norm_backward(const T* x, const RowOffsets& x_rows, const T* w, const T* r, const T* dy, T* dx, T* dw,
+                       int64_t rows, int64_t n, int64_t period, double eps, bool l2) {
   const int64_t blocks = std::min<int64_t>(rows, 64);
   const int64_t per_block = (rows + blocks - 1) / blocks;
   const int64_t W = period * n;
@@ -95,7 +123,7 @@ void row_norm_backward(const T* x, const T* w, const T* r, const T* dy, T* dx, T
     for (int64_t b = b0; b < b1; ++b) {
       T* __restrict pw = w ? partial.data() + b * W : nullptr;
       for (int64_t i = b * per_block; i < std::min(rows, (b + 1) * per_block); ++i) {
-        const T* __restrict xi = x + i * n;
+        const T* __restrict xi = x + x_rows(i);
         const T* __restrict dyi = dy + i * n;
         T* __restrict dxi = dx + i * n;
         const T ri = r[i];
@@ -128,14 +156,15 @@ struct RowNormFn : public torch::autograd::Function<RowNormFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in, const torch::Tensor& weight_in,
                                int64_t n, double eps, bool l2) {
     // An empty weight stands for "no gain" (autograd inputs must be defined).
-    auto x = x_in.contiguous();
+    auto x = rows_readable(x_in);
     auto w = weight_in.contiguous();
     const bool has_w = w.numel() > 0;
     const int64_t rows = x.numel() / n, period = has_w ? w.numel() / n : 1;
-    auto y = torch::empty_like(x);
+    auto y = torch::empty(x.sizes(), x.options());
     auto r = torch::empty({rows}, x.options());
+    RECORD_FUNCTION("keel::row_norm", std::vector<c10::IValue>());  // one kernel for train/op_counter.h
     AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "keel_row_norm_forward", [&] {
-      row_norm_forward<scalar_t>(x.data_ptr<scalar_t>(), has_w ? w.data_ptr<scalar_t>() : nullptr,
+      row_norm_forward<scalar_t>(x.data_ptr<scalar_t>(), RowOffsets(x), has_w ? w.data_ptr<scalar_t>() : nullptr,
                                  y.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), rows, n, period, eps, l2);
     });
     ctx->save_for_backward({x, w, r});
@@ -154,10 +183,11 @@ struct RowNormFn : public torch::autograd::Function<RowNormFn> {
     auto dy = grads[0].contiguous();
     const bool has_w = w.numel() > 0;
     const int64_t rows = x.numel() / n, period = has_w ? w.numel() / n : 1;
-    auto dx = torch::empty_like(x);
+    auto dx = torch::empty(x.sizes(), x.options());
     torch::Tensor dw = has_w ? torch::empty_like(w) : torch::Tensor();
+    RECORD_FUNCTION("keel::row_norm_backward", std::vector<c10::IValue>());
     AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "keel_row_norm_backward", [&] {
-      row_norm_backward<scalar_t>(x.data_ptr<scalar_t>(), has_w ? w.data_ptr<scalar_t>() : nullptr,
+      row_norm_backward<scalar_t>(x.data_ptr<scalar_t>(), RowOffsets(x), has_w ? w.data_ptr<scalar_t>() : nullptr,
                                   r.data_ptr<scalar_t>(), dy.data_ptr<scalar_t>(), dx.data_ptr<scalar_t>(),
                                   has_w ? dw.data_ptr<scalar_t>() : nullptr, rows, n, period, eps, l2);
     });
@@ -172,14 +202,14 @@ struct RowNormFn : public torch::autograd::Function<RowNormFn> {
 // (transpose) is dx[j] = dy[j] c[j] + dy[j+h] s[j+h] (j < h),
 // dy[j] c[j] - dy[j-h] s[j-h] (j >= h).
 template <typename T>
-void rope_kernel(const T* x, const T* cos, const T* sin, T* y, int64_t rows, int64_t T_len, int64_t heads,
-                 int64_t d, bool backward) {
+void rope_kernel(const T* x, const RowOffsets& x_rows, const T* cos, const T* sin, T* y, int64_t rows,
+                 int64_t T_len, int64_t heads, int64_t d, bool backward) {
   const int64_t h = d / 2;
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, d));
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t t = (i / heads) % T_len;
-      const T* __restrict xi = x + i * d;
+      const T* __restrict xi = x + x_rows(i);
       const T* __restrict c = cos + t * d;
       const T* __restrict s = sin + t * d;
       T* __restrict yi = y + i * d;
@@ -195,10 +225,11 @@ void rope_kernel(const T* x, const T* cos, const T* sin, T* y, int64_t rows, int
 }
 
 torch::Tensor run_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, bool backward) {
-  auto y = torch::empty_like(x);
+  auto y = torch::empty(x.sizes(), x.options());
   const int64_t T_len = x.size(1), heads = x.size(2), d = x.size(3);
+  RECORD_FUNCTION(backward ? "keel::rope_backward" : "keel::rope", std::vector<c10::IValue>());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "keel_rope", [&] {
-    rope_kernel<scalar_t>(x.data_ptr<scalar_t>(), cos.data_ptr<scalar_t>(), sin.data_ptr<scalar_t>(),
+    rope_kernel<scalar_t>(x.data_ptr<scalar_t>(), RowOffsets(x), cos.data_ptr<scalar_t>(), sin.data_ptr<scalar_t>(),
                           y.data_ptr<scalar_t>(), x.numel() / d, T_len, heads, d, backward);
   });
   return y;
@@ -208,7 +239,7 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
                                const torch::Tensor& sin) {
     ctx->save_for_backward({cos, sin});
-    return run_rope(x.contiguous(), cos, sin, false);
+    return run_rope(rows_readable(x), cos, sin, false);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();

@@ -14,18 +14,34 @@ RopeTables make_rope_tables(int64_t seq_len, int64_t head_dim, double theta, tor
   auto pos = torch::arange(seq_len, f32);
   auto freqs = torch::outer(pos, inv_freq);      // [T, d/2]
   auto emb = torch::cat({freqs, freqs}, -1);     // [T, d]
-  return {emb.cos().to(device), emb.sin().to(device)};
+  auto sin_half = freqs.sin();
+  RopeTables t;
+  t.cos = emb.cos().to(device);
+  t.sin = emb.sin().to(device);
+  t.sin_signed = torch::cat({-sin_half, sin_half}, -1).to(device);
+  return t;
+}
+
+RopeTables RopeTables::with_dtype(int64_t T, torch::ScalarType dtype) const {
+  RopeTables out = *this;
+  if (dtype != cos.scalar_type()) {
+    out.cos_lowp = cos.narrow(0, 0, T).to(dtype);
+    out.sin_signed_lowp = sin_signed.narrow(0, 0, T).to(dtype);
+  }
+  return out;
 }
 
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& t) {
   // CPU: one fused pass forward and backward (src/model/fused_ops.h), same values.
   if (auto fused = fused_cpu_rope(x, t.cos, t.sin); fused.defined()) return fused;
   const int64_t T = x.size(1), half = x.size(-1) / 2;
-  auto cos = t.cos.narrow(0, 0, T).view({1, T, 1, -1}).to(x.scalar_type());
-  auto sin = t.sin.narrow(0, 0, T).view({1, T, 1, -1}).to(x.scalar_type());
-  auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  auto rotated = torch::cat({-x2, x1}, -1);
-  return x * cos + rotated * sin;
+  const bool lowp = t.cos_lowp.defined() && t.cos_lowp.scalar_type() == x.scalar_type() && t.cos_lowp.size(0) >= T;
+  const auto& cos_table = lowp ? t.cos_lowp : t.cos;
+  const auto& sin_table = lowp ? t.sin_signed_lowp : t.sin_signed;
+  auto cos = cos_table.narrow(0, 0, T).view({1, T, 1, -1}).to(x.scalar_type());  // no-op when dtypes match
+  auto sin = sin_table.narrow(0, 0, T).view({1, T, 1, -1}).to(x.scalar_type());
+  // (-x2) * s == x2 * (-s) exactly, so this equals x * cos + cat(-x2, x1) * sin bit for bit.
+  return x * cos + x.roll(half, -1) * sin;
 }
 
 }  // namespace keel

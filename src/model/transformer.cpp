@@ -1,5 +1,7 @@
 #include "model/transformer.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <cmath>
 #include <stdexcept>
 
@@ -31,7 +33,8 @@ int64_t MlpImpl::matmul_weights() const {
   return (w_gate.defined() ? w_gate.numel() : 0) + w_up.numel() + w_down.numel();
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+torch::Tensor MlpImpl::forward(const torch::Tensor& x_in) {
+  const auto x = to_compute_dtype(x_in);  // cast once for both gate and up under autocast
   torch::Tensor h;
   if (!gated) {
     h = torch::gelu(reparam_linear(x, w_up, b_up, w_up_sigma));
@@ -99,6 +102,12 @@ void TransformerImpl::begin_step() {
   for (const auto& b : *blocks) b->as<BlockImpl>()->attn->head_max = torch::Tensor();
 }
 
+std::string TransformerImpl::attention_kernel(int64_t batch, int64_t seq_len, torch::Device device,
+                                              torch::ScalarType dtype) {
+  if (blocks->size() == 0) return "none";
+  return blocks[0]->as<BlockImpl>()->attn->kernel_name(batch, seq_len, device, dtype);
+}
+
 const RopeTables& TransformerImpl::rope_tables(int64_t T, torch::Device device) {
   if (rope_len_ < T || rope_.cos.device() != device) {
     rope_ = make_rope_tables(std::max(T, cfg_.max_seq_len), cfg_.head_dim(), cfg_.rope_theta, device);
@@ -119,7 +128,11 @@ torch::Tensor TransformerImpl::forward_hidden(const torch::Tensor& idx, const Fo
   } else if (cfg_.embed_norm == EmbedNorm::rmsnorm) {
     x = rms_normalize(x, cfg_.norm_eps);
   }
-  const RopeTables& rope = rope_tables(T, idx.device());
+  // Under autocast, the tables in the compute dtype once per forward, not per layer.
+  const auto dt = idx.device().type();
+  const RopeTables rope = rope_tables(T, idx.device())
+                              .with_dtype(T, at::autocast::is_autocast_enabled(dt) ? at::autocast::get_autocast_dtype(dt)
+                                                                                   : torch::kFloat32);
   auto* all_stats = options.attention_stats;
   if (all_stats) all_stats->assign(blocks->size(), AttentionStats{});
   for (size_t i = 0; i < blocks->size(); ++i)

@@ -65,6 +65,8 @@ class TransformerImpl : public torch::nn::Module {
   // state starts afresh (sigmaReparam's power iteration, QK-clip's per-head
   // maxima), so the step runner need not know which knobs have any.
   void begin_step();
+  // The attention kernel a training forward of [batch, seq_len] runs (AttentionImpl::kernel_name).
+  std::string attention_kernel(int64_t batch, int64_t seq_len, torch::Device device, torch::ScalarType dtype);
 
   torch::Tensor wte;      // [padded_vocab, d_model]
   torch::Tensor lm_head;  // [padded_vocab, d_model]; the same tensor as wte when tied

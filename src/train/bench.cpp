@@ -21,6 +21,7 @@
 #include "train/device.h"
 #include "train/device_counters.h"
 #include "train/model_stats.h"
+#include "train/op_counter.h"
 #include "train/optimizer.h"
 #include "train/qk_clip.h"
 #include "train/schedule.h"
@@ -261,6 +262,26 @@ nlohmann::json Bench::run() {
       for (const char* k : {"forward", "backward", "optimizer", "communication"}) breakdown[k] = nullptr;
     }
   }
+  // One more step, its operators counted: kernel launches per step (a CUDA
+  // graph replays as one launch, so there is nothing to count then).
+  nlohmann::json ops = nullptr;
+  if (opt_.count_ops && !parts_.runner->graph_mode()) {
+    OpCounts c;
+    {
+      OpCounter counter;
+      step(opt_.warmup + opt_.steps + static_cast<int64_t>(phases.size()), nullptr);
+      c = counter.counts();
+    }
+    std::vector<std::pair<std::string, int64_t>> by_count(c.by_name.begin(), c.by_name.end());
+    std::stable_sort(by_count.begin(), by_count.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    nlohmann::json top = nlohmann::json::array();
+    for (size_t i = 0; i < std::min<size_t>(12, by_count.size()); ++i)
+      top.push_back({by_count[i].first, by_count[i].second});
+    ops = {{"kernels", c.kernels}, {"dispatches", c.dispatches}, {"distinct", c.by_name.size()}, {"top", top},
+           {"counts", "leaf operators that do work (train/op_counter.h): a proxy for kernel launches"}};
+  }
+  const std::string attention_kernel = parts_.model->attention_kernel(
+      geometry_.micro_batch, geometry_.seq_len, compute_.device, compute_.bf16_autocast ? torch::kBFloat16 : torch::kFloat32);
   nlohmann::json monitor = monitor_cost(med);
   std::string mem_source;
   const int64_t peak_mem = peak_memory_bytes(&mem_source);
@@ -301,6 +322,8 @@ nlohmann::json Bench::run() {
       {"peak_memory_bytes", peak_mem},
       {"peak_memory_source", mem_source},
       {"breakdown_ms", breakdown},
+      {"attention", {{"kernel", attention_kernel}, {"sdpa_order", compute_.attention_order}}},
+      {"ops_per_step", ops},
       {"monitor", monitor},
       {"load_average", {load[0], load[1], load[2]}}};
 
@@ -323,6 +346,17 @@ nlohmann::json Bench::run() {
                       breakdown["backward"].get<double>(), breakdown["optimizer"].get<double>(),
                       breakdown["communication"].get<double>(), breakdown["other"].get<double>(), phases.size(),
                       breakdown["total"].get<double>());
+  std::cout << "  attention  " << attention_kernel << " (SDPA tries " << compute_.attention_order << ")\n";
+  if (!ops.is_null()) {
+    std::string top;
+    for (const auto& e : ops["top"]) {
+      if (top.size() > 90) break;
+      top += (top.empty() ? "" : ", ") + e[0].get<std::string>() + " " + std::to_string(e[1].get<int64_t>());
+    }
+    std::cout << strf("  ops        %lld kernels per step (%lld operator calls); most: %s\n",
+                      static_cast<long long>(ops["kernels"].get<int64_t>()),
+                      static_cast<long long>(ops["dispatches"].get<int64_t>()), top.c_str());
+  }
   if (!monitor["stats_ms"].is_null())
     std::cout << strf("  monitor    every %lld steps: %.2f ms per statistics forward = %.3f ms/step (%.2f%% of the step)\n",
                       static_cast<long long>(cfg_.monitor.every), monitor["stats_ms"].get<double>(),

@@ -26,6 +26,7 @@ struct BenchOptions {
   int64_t monitor_repeats = 3;   // monitoring forwards timed; 0 = skip
   double peak_tflops = 0;        // > 0: MFU against this peak instead of the table / measured one
   bool random_data = false;      // uniform random tokens instead of data.dir (no data preparation)
+  bool count_ops = true;         // one more step with its operators counted (train/op_counter.h)
   std::string json_path;         // "" = <run.out_dir>/bench/<config file name>.json
   std::string config_name;       // for the default JSON path and the record
 };

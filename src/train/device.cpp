@@ -1,8 +1,10 @@
 #include "train/device.h"
 
+#include <ATen/SDPBackend.h>
 #include <ATen/autocast_mode.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
@@ -10,6 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "model/attention.h"
 #include "model/fused_ops.h"
 
 #ifdef KEEL_WITH_CUDA
@@ -67,6 +70,43 @@ static void keep_freed_memory_in_process() {
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
 }
 
+std::string apply_attention_backend(AttentionBackend backend, torch::Device device, int cuda_major) {
+  using B = at::SDPBackend;
+  auto& ctx = at::globalContext();
+  if (!device.is_cuda()) {
+    if (backend == AttentionBackend::cudnn || backend == AttentionBackend::efficient) {
+      ConfigErrors e;
+      e.add("train.attention_backend", "is " + name_of(backend) + ", which exists only on CUDA; the CPU has "
+                                       "flash and math (or auto)");
+      throw ConfigError(e);
+    }
+    ctx.setSDPUseFlash(backend != AttentionBackend::math);
+    return backend == AttentionBackend::math ? "math" : "flash, math";
+  }
+  std::vector<B> order = {B::flash_attention, B::efficient_attention, B::math, B::cudnn_attention};  // PyTorch's
+  B first = B::error;
+  switch (backend) {
+    case AttentionBackend::automatic: first = cuda_major >= 9 ? B::cudnn_attention : B::error; break;
+    case AttentionBackend::cudnn: first = B::cudnn_attention; break;
+    case AttentionBackend::flash: first = B::flash_attention; break;
+    case AttentionBackend::efficient: first = B::efficient_attention; break;
+    case AttentionBackend::math: first = B::math; break;
+  }
+  if (first != B::error) {
+    order.erase(std::find(order.begin(), order.end(), first));
+    order.insert(order.begin(), first);
+  }
+  std::vector<int64_t> ids;
+  std::string text;
+  for (B b : order) {
+    ids.push_back(static_cast<int64_t>(b));
+    text += (text.empty() ? "" : ", ") + sdpa_backend_name(static_cast<int64_t>(b));
+  }
+  ids.push_back(static_cast<int64_t>(B::overrideable));  // the order must name every backend
+  ctx.setSDPPriorityOrder(ids);
+  return text;
+}
+
 ComputeSetup setup_compute(const TrainConfig& t, int local_rank, int local_world) {
   ComputeSetup s;
   const bool have_cuda = torch::cuda::is_available();
@@ -90,6 +130,7 @@ ComputeSetup setup_compute(const TrainConfig& t, int local_rank, int local_world
     s.bf16_autocast = t.precision != Precision::fp32;
     at::globalContext().setAllowTF32CuBLAS(t.tf32);
     at::globalContext().setAllowTF32CuDNN(t.tf32);
+    s.attention_order = apply_attention_backend(t.attention_backend, s.device, prop.major);
     s.peak_flops = cuda_peak_bf16(s.device_name);
     s.peak_source = s.peak_flops > 0 ? s.device_name + " dense bf16 (data sheet)" : "unknown GPU (MFU not shown)";
 #else
@@ -101,6 +142,7 @@ ComputeSetup setup_compute(const TrainConfig& t, int local_rank, int local_world
     // bf16 on the CPU only when asked for ("auto" stays fp32): CPU autocast
     // runs matmuls in bf16 (fast with AVX-512 BF16 or AMX, emulated without).
     s.bf16_autocast = t.precision == Precision::bf16;
+    s.attention_order = apply_attention_backend(t.attention_backend, s.device);
     keep_freed_memory_in_process();
     s.device_name = "cpu (" + std::to_string(s.threads) + " threads)";
     s.peak_flops = measure_cpu_matmul_flops();

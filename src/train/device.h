@@ -17,11 +17,20 @@ struct ComputeSetup {
   double peak_flops = 0;        // per device (or per CPU process), FLOP/s
   std::string peak_source;      // "H200 dense bf16 (spec)", "measured fp32 matmul", ...
   std::string device_name;
+  std::string attention_order;  // SDPA backends in the order tried, e.g. "cudnn, flash, efficient, math"
 };
 
 // Resolves train.device / precision / threads / tf32 and applies them.
 // Throws std::runtime_error when cuda is asked for and absent.
 ComputeSetup setup_compute(const TrainConfig& t, int local_rank = 0, int local_world = 1);
+
+// Puts train.attention_backend first in SDPA's priority order (the others
+// stay as fallbacks for shapes it does not support) and returns the order as
+// text. `auto` prefers cuDNN on compute capability 9.0 and newer (Hopper),
+// where it is faster than FlashAttention-2, and keeps PyTorch's order
+// elsewhere. On the CPU only flash and math exist: `math` turns flash off,
+// `cudnn` and `efficient` are a ConfigError.
+std::string apply_attention_backend(AttentionBackend backend, torch::Device device, int cuda_major = 0);
 
 // Turns bf16 autocast on for the current scope, on CUDA or the CPU (matmuls
 // in bf16; losses, softmax and norms in fp32; fp32 weights). There is no RAII

@@ -52,8 +52,9 @@ bool safe_to_change(const std::string& key) {
       "data.prefetch",         "run.overwrite",         "dist.timeout_s",        "dist.bucket_mb",        "dist.overlap",
       "dist.backend",          "run.name",
       "run.out_dir",           "run.tensorboard",
-      // Thread count changes rounding only (a sweep's --parallel may change between sessions).
-      "train.threads",
+      // Thread count and attention kernel change rounding only (a sweep's --parallel may change
+      // between sessions; a resumed run may land on another GPU).
+      "train.threads", "train.attention_backend",
       // Only read by a fresh start; a resumed run has its own weights.
       "train.init_from"};
   return safe.count(key) > 0;

@@ -214,6 +214,9 @@ StepReport Trainer::train_step(const StepPlan& plan) {
   if (plan.step == faults_.kill_at_step) std::raise(SIGKILL);  // injected fault: this rank dies
   while (plan.step == faults_.hang_at_step) std::this_thread::sleep_for(std::chrono::seconds(1));  // ... or hangs
   StepRunner& runner = *parts_.runner;
+  row("attention", parts_.model->attention_kernel(g.micro_batch, g.seq_len, compute_.device,
+                                                  compute_.bf16_autocast ? torch::kBFloat16 : torch::kFloat32) +
+                       " (SDPA tries " + compute_.attention_order + ")");
   const bool graphed = runner.graph_mode();
   StepReport report;
   report.lr = lr_at(cfg_.train, index);

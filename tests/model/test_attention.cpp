@@ -1,8 +1,14 @@
 // Attention: GQA equals MHA with repeated K/V heads, MHA equals a hand-written
 // attention, causality for every layout, the fused (SDPA) path equals the
 // explicit one, softcaps bound scores and logits, padded vocabulary ids are
-// never predicted, and the attention statistics are what they claim.
+// never predicted, and the attention statistics are what they claim. Also
+// the kernel counts the step's speed depends on: q/k/v in one GEMM, one cast
+// of a sublayer's input under autocast, RoPE in four kernels each way.
 #include "test_model_reference.h"
+
+#include "model/fused_ops.h"
+#include "train/device.h"
+#include "train/op_counter.h"
 
 using namespace keel_model_test;
 
@@ -401,6 +407,125 @@ TEST(Attention, QueryPreAttnScalarSetsScale) {
   auto idx = random_tokens(cfg, 2, 8);
   torch::NoGradGuard no_grad;
   EXPECT_TENSOR_NEAR(model->forward(idx), ref_forward(model, idx), 1e-10, 1e-12);
+}
+
+// ---------------------------------------------------------------- kernels
+
+int64_t gemms(const keel::OpCounts& c) {
+  int64_t n = 0;
+  // Projections only: bmm is attention's own (SDPA's math fallback for GQA).
+  for (const char* name : {"aten::mm", "aten::addmm", "mkldnn::_linear_pointwise"})
+    if (auto it = c.by_name.find(name); it != c.by_name.end()) n += it->second;
+  return n;
+}
+
+TEST(AttentionKernels, QkvProjectionsAreOneGemmEachWay) {
+  for (bool bias : {false, true}) {
+    auto cfg = tiny_config();
+    cfg.bias = bias;
+    auto model = make_model(cfg, 5, torch::kFloat32);
+    auto& attn = *block(model, 0)->attn;
+    auto x = torch::randn({2, 6, cfg.d_model}).requires_grad_(true);
+    auto rope = keel::make_rope_tables(cfg.max_seq_len, cfg.head_dim(), cfg.rope_theta, torch::kCPU);
+    torch::Tensor y;
+    keel::OpCounts forward, backward;
+    {
+      keel::OpCounter counter;
+      y = attn.forward(x, rope);
+      forward = counter.counts();
+    }
+    auto dy = torch::ones_like(y);
+    {
+      keel::OpCounter counter;
+      y.backward(dy);
+      backward = counter.counts();
+    }
+    EXPECT_EQ(gemms(forward), 2) << "bias " << bias;   // [q | k | v] and the output projection
+    EXPECT_EQ(gemms(backward), 4) << "bias " << bias;  // input and weight gradient of each
+    // The parameters stay separate and each gets its own gradient.
+    for (const auto* w : {&attn.wq, &attn.wk, &attn.wv}) {
+      ASSERT_TRUE(w->grad().defined());
+      EXPECT_GT(w->grad().abs().sum().item<double>(), 0);
+    }
+  }
+}
+
+TEST(AttentionKernels, FusedLinearEqualsSeparateLinearsWithGradients) {
+  torch::manual_seed(11);
+  auto x = torch::randn({3, 5, 8}, torch::kFloat64);
+  std::vector<keel::LinearPart> parts;
+  for (int64_t out : {8, 4, 4}) {
+    keel::LinearPart p;
+    p.w = torch::randn({out, 8}, torch::kFloat64).requires_grad_(true);
+    p.b = torch::randn({out}, torch::kFloat64).requires_grad_(true);
+    p.sigma = keel::SigmaReparam(out, 8);
+    keel::init_sigma_reparam(*p.sigma, static_cast<uint64_t>(out));
+    p.sigma->to(torch::kFloat64);
+    parts.push_back(p);
+  }
+  auto fused = keel::fused_linear(x, parts);
+  std::vector<torch::Tensor> separate;
+  for (const auto& p : parts) separate.push_back(keel::reparam_linear(x, p.w, p.b, p.sigma));
+  auto dy = torch::randn_like(fused);
+  auto grads_of = [&](const torch::Tensor& y) {
+    std::vector<torch::Tensor> g;
+    for (const auto& p : parts) g.push_back(p.w), g.push_back(p.b);
+    return torch::autograd::grad({y}, g, {dy}, /*retain_graph=*/true);
+  };
+  auto a = grads_of(fused), b = grads_of(torch::cat(separate, -1));
+  EXPECT_TRUE(torch::allclose(fused, torch::cat(separate, -1), 1e-12, 1e-12));
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-12, 1e-12)) << i;
+}
+
+TEST(AttentionKernels, SublayerInputIsCastOnceUnderAutocast) {
+  auto cfg = tiny_config();
+  cfg.d_ff = 64;
+  auto model = make_model(cfg, 5, torch::kFloat32);
+  auto x = torch::randn({2, 6, cfg.d_model});
+  auto rope = keel::make_rope_tables(cfg.max_seq_len, cfg.head_dim(), cfg.rope_theta, torch::kCPU);
+  keel::AutocastScope autocast(true, torch::kCPU);
+  keel::OpCounts counts;
+  {
+    keel::OpCounter counter(/*record_shapes=*/true);
+    block(model, 0)->attn->forward(x, rope);
+    block(model, 0)->mlp->forward(x);
+    counts = counter.counts();
+  }
+  // Copies into a [B, T, d_model] tensor are casts of an input (q/k/v and
+  // gate/up would each cast it without the sublayer's own cast).
+  int64_t input_casts = 0;
+  for (const auto& [name, sizes] : counts.events)
+    if (name == "aten::copy_" && sizes == std::vector<int64_t>{2, 6, cfg.d_model}) ++input_casts;
+  EXPECT_EQ(input_casts, 2);
+}
+
+TEST(AttentionKernels, CompositeRopeIsFourKernelsEachWay) {
+  keel::CompositeOnly composite;  // the path CUDA runs
+  auto tables = keel::make_rope_tables(8, 16, 10000.0, torch::kCPU);
+  auto x = torch::randn({2, 6, 3, 16}).requires_grad_(true);
+  torch::Tensor y;
+  keel::OpCounts forward, backward;
+  {
+    keel::OpCounter counter;
+    y = keel::apply_rope(x, tables);
+    forward = counter.counts();
+  }
+  auto dy = torch::randn_like(y);
+  {
+    keel::OpCounter counter;
+    y.backward(dy);
+    backward = counter.counts();
+  }
+  EXPECT_LE(forward.kernels, 4);   // mul, roll, mul, add (was neg, cat, mul, mul, add)
+  std::string seen;
+  for (const auto& [name, n] : backward.by_name) seen += name + " " + std::to_string(n) + "; ";
+  EXPECT_LE(backward.kernels, 4) << seen;  // two muls, the roll back, one add (was nine, with zero-filled slices)
+  // The same values as the rotate-half formula, bit for bit.
+  const int64_t h = 8;
+  auto cos = tables.cos.narrow(0, 0, 6).view({1, 6, 1, 16}), sin = tables.sin.narrow(0, 0, 6).view({1, 6, 1, 16});
+  auto xd = x.detach();
+  auto expected = xd * cos + torch::cat({-xd.narrow(-1, h, h), xd.narrow(-1, 0, h)}, -1) * sin;
+  EXPECT_TRUE(torch::equal(y.detach(), expected));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <functional>
 
 #include "model/fused_ops.h"
 #include "model/norm.h"
@@ -122,6 +123,36 @@ TEST(FusedOps, RopeEqualsCompositeBitForBitAndItsGradient) {
     expect_close(fused.dx, ref.dx, dtype == torch::kFloat64 ? 1e-14 : 1e-6, "rope dx");
     // apply_rope takes the fused path on the CPU.
     EXPECT_TRUE(torch::equal(keel::apply_rope(x, tables), ref.y));
+  }
+}
+
+// The attention hands the kernels head slices of its fused q/k/v output:
+// [B, T, H, D] views whose rows are not adjacent. They must read them in
+// place and give what they give on a contiguous copy, gradients included.
+TEST(FusedOps, StridedHeadSlicesGiveTheContiguousResults) {
+  torch::manual_seed(6);
+  const int64_t B = 2, T = 5, H = 3, D = 8, F = H * D + 2 * D;  // row width of a fused [q | k | v] output
+  auto tables = keel::make_rope_tables(T, D, 10000.0, torch::kCPU);
+  auto fused_out = torch::randn({B, T, F});
+  auto dy = torch::randn({B, T, H, D});
+  auto slice = [&](const torch::Tensor& full) { return full.split_with_sizes({H * D, D, D}, -1)[0].view({B, T, H, D}); };
+  auto through = [&](const std::function<torch::Tensor(const torch::Tensor&)>& f, bool strided) {
+    auto full = fused_out.clone().requires_grad_(true);
+    auto x = strided ? slice(full) : slice(full).contiguous();
+    EXPECT_EQ(x.is_contiguous(), !strided);
+    auto y = f(x);
+    y.backward(dy);
+    return std::make_pair(y.detach(), full.grad());
+  };
+  auto w = 1 + 0.3 * torch::randn({D});
+  const std::vector<std::pair<std::string, std::function<torch::Tensor(const torch::Tensor&)>>> kernels = {
+      {"rope", [&](const torch::Tensor& x) { return fused_cpu_rope(x, tables.cos, tables.sin); }},
+      {"rms", [&](const torch::Tensor& x) { return fused_cpu_row_norm(x, w, D, 1e-6, false); }},
+      {"l2", [&](const torch::Tensor& x) { return fused_cpu_row_norm(x, {}, D, 1e-6, true); }}};
+  for (const auto& [name, f] : kernels) {
+    auto strided = through(f, true), dense = through(f, false);
+    EXPECT_TRUE(torch::equal(strided.first, dense.first)) << name;
+    EXPECT_TRUE(torch::equal(strided.second, dense.second)) << name;
   }
 }
 

@@ -90,6 +90,38 @@ TEST(Bench, JsonRecordIsCompleteAndConsistent) {
   EXPECT_TRUE(host["cpu_isa"].is_string());
   EXPECT_GE(host["cores"].get<int64_t>(), 1);
   EXPECT_NE(out.find("machine " + host["cpu_model"].get<std::string>()), std::string::npos) << out;
+  // Which attention kernel ran (SDPA's choice; the CPU has flash and math)
+  // and the operators of one more step, counted.
+  const auto& attn = r["attention"];
+  ASSERT_TRUE(attn.is_object()) << r.dump(2);
+  EXPECT_TRUE(attn["kernel"] == "flash_attention" || attn["kernel"] == "math") << attn.dump();
+  EXPECT_EQ(attn["sdpa_order"], "flash, math");
+  const auto& ops = r["ops_per_step"];
+  ASSERT_TRUE(ops.is_object()) << r.dump(2);
+  EXPECT_GT(ops["kernels"].get<int64_t>(), 50);  // two layers' forward, backward and AdamW
+  EXPECT_GT(ops["dispatches"].get<int64_t>(), ops["kernels"].get<int64_t>());
+  ASSERT_FALSE(ops["top"].empty());
+  EXPECT_NE(out.find("kernels per step"), std::string::npos) << out;
+}
+
+TEST(Bench, AttentionBackendMathIsWhatRuns) {
+  std::string out;
+  auto r = run_bench(" --steps 1 --warmup 0 --breakdown-steps 0 --monitor-repeats 0 --no-op-count"
+                     " --set train.attention_backend=math", &out);
+  ASSERT_FALSE(r.is_null());
+  EXPECT_EQ(r["attention"]["kernel"], "math");
+  EXPECT_TRUE(r["ops_per_step"].is_null());
+  // A softcap needs the explicit path, whatever the backend.
+  r = run_bench(" --steps 1 --warmup 0 --breakdown-steps 0 --monitor-repeats 0 --set model.attn_softcap=30", &out);
+  ASSERT_FALSE(r.is_null());
+  EXPECT_EQ(r["attention"]["kernel"], "explicit");
+  // CUDA-only backends are refused on the CPU, naming the key.
+  std::string refused;
+  const int rc = keel_test::run_keel("bench " + keel_test::source_path("configs/bench-cpu-tiny.yaml") + kSmall +
+                                         " --random-data --steps 1 --set train.attention_backend=cudnn",
+                                     &refused);
+  EXPECT_EQ(rc, 2) << refused;
+  EXPECT_NE(refused.find("train.attention_backend"), std::string::npos) << refused;
 }
 
 TEST(Bench, PeakOverrideSetsMfuDenominator) {
