@@ -40,6 +40,8 @@ enum class Precision { automatic, fp32, bf16 };
 KEEL_CHOICE(Precision, "auto", "fp32", "bf16");
 enum class AttentionBackend { automatic, cudnn, flash, efficient, math };
 KEEL_CHOICE(AttentionBackend, "auto", "cudnn", "flash", "efficient", "math");
+enum class SpikeAction { none, skip_step, rewind };
+KEEL_CHOICE(SpikeAction, "none", "skip_step", "rewind");
 enum class NonfinitePolicy { halt, skip };
 KEEL_CHOICE(NonfinitePolicy, "halt", "skip");
 enum class DistBackend { automatic, nccl, gloo };
@@ -129,11 +131,11 @@ struct TrainConfig {
   int64_t loss_chunk_tokens = 8192;        // output head + loss over chunks of tokens (chunked_loss.h); 0: whole logits
   Precision precision = Precision::automatic;  // auto | fp32 | bf16
   bool tf32 = true;
+  AttentionBackend attention_backend = AttentionBackend::automatic;  // SDPA kernel tried first (device.h)
   bool cuda_graph = false;                 // capture the whole step as one CUDA graph (step_runner.h)
   int64_t threads = 0;                     // CPU threads; 0: all cores of this rank
   int64_t log_every = 10;
   int64_t eval_every = 100;
-  AttentionBackend attention_backend = AttentionBackend::automatic;  // SDPA kernel tried first (device.h)
   int64_t eval_batches = 8;
   NonfinitePolicy nonfinite = NonfinitePolicy::halt;  // halt | skip
   std::string init_from = "";              // checkpoint or run dir whose weights start a fresh run
@@ -148,7 +150,11 @@ struct MonitorConfig {
   int64_t spike_warmup = 64;
   int64_t spike_score_window = 1000;
   double spike_score_sigma = 7.0;
-  bool skip_on_spike = false;
+  bool skip_on_spike = false;              // legacy form of on_spike: skip_step
+  SpikeAction on_spike = SpikeAction::none;  // none | skip_step | rewind (docs/stability.md)
+  int64_t rewind_skip_batches = 0;         // rewind: batches skipped from the checkpoint on; 0 = through the spike's
+  int64_t max_rewinds = 5;                 // rewind: after this many the run stops
+  SpikeAction spike_action() const { return skip_on_spike ? SpikeAction::skip_step : on_spike; }
   double diverge_loss_factor = 3.0;        // diverged when loss > factor * initial loss
   double diverge_attn_logit = 1e4;         // logit-unstable when layer-0 max attention logit exceeds this
   bool stop_on_divergence = false;         // stop once the loss diverged

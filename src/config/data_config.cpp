@@ -28,6 +28,35 @@ void declare_data_keys(Schema& s, DataConfig& d) {
   p.min = 0;
   p.max = 64;
   s.boolean("data.verify", &d.verify, "check every shard's checksum and token ids when training opens it");
+  s.text_list("data.skip_batches", &d.skip_batches,
+              "training batches to skip, each \"AFTER:COUNT\": after step AFTER the data order moves on by COUNT "
+              "batches; what monitor.on_spike: rewind records (summary.json \"data_skips\"), to replay such a run "
+              "from the start");
+}
+
+std::vector<SkipRange> parse_skip_batches(const std::vector<std::string>& entries, ConfigErrors* errors) {
+  std::vector<SkipRange> out;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string& s = entries[i];
+    const size_t colon = s.find(':');
+    SkipRange r;
+    bool ok = colon != std::string::npos && colon > 0 && colon + 1 < s.size() && s.size() <= 40;
+    if (ok) {
+      try {
+        size_t used_a = 0, used_b = 0;
+        r.after_step = std::stoll(s.substr(0, colon), &used_a);
+        r.batches = std::stoll(s.substr(colon + 1), &used_b);
+        ok = used_a == colon && used_b == s.size() - colon - 1 && r.after_step >= 0 && r.batches >= 1;
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    }
+    if (ok) out.push_back(r);
+    else if (errors)
+      errors->add("data.skip_batches", "entry " + std::to_string(i) + " '" + s.substr(0, 40) +
+                                           "' is not AFTER:COUNT with AFTER >= 0 and COUNT >= 1");
+  }
+  return out;
 }
 
 void check_data(const Config& c, ConfigErrors& e) {
@@ -38,6 +67,7 @@ void check_data(const Config& c, ConfigErrors& e) {
     if (s.empty()) e.add("data.sources", "contains an empty path");
   if (d.doc_separator.find('\n') != std::string::npos || d.doc_separator.find('\r') != std::string::npos)
     e.add("data.doc_separator", "is compared with whole lines, so it cannot contain a line break");
+  parse_skip_batches(d.skip_batches, &e);
 }
 
 }  // namespace keel

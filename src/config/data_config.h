@@ -12,6 +12,7 @@
 namespace keel {
 
 class Schema;
+struct ConfigErrors;
 
 enum class TokenizerType { bpe, unigram };  // SentencePiece model types
 KEEL_CHOICE(TokenizerType, "bpe", "unigram");
@@ -28,7 +29,20 @@ struct DataConfig {
   int64_t threads = 0;                     // encoding threads; 0: all cores
   int64_t prefetch = 2;                    // batches prepared ahead on a background thread
   bool verify = true;                      // loader checks every shard's checksum and ids on open
+  std::vector<std::string> skip_batches;   // "AFTER:COUNT": batches skipped after a step (a rewound run's replay)
 };
 void declare_data_keys(Schema& s, DataConfig& d);
+
+// A stretch of training batches skipped: from the step after `after_step` on,
+// the data order moves on by `batches` (monitor.on_spike: rewind records one
+// per rewind; data.skip_batches gives them from the start).
+struct SkipRange {
+  int64_t after_step = 0;
+  int64_t batches = 0;
+  int64_t spike_step = 0;  // the spike that caused it; 0 when given in the config
+};
+// data.skip_batches' "AFTER:COUNT" entries (AFTER >= 0, COUNT >= 1); each
+// malformed one is added to `errors`, naming its index.
+std::vector<SkipRange> parse_skip_batches(const std::vector<std::string>& entries, ConfigErrors* errors);
 
 }  // namespace keel

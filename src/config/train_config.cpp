@@ -94,8 +94,19 @@ void declare_monitor_keys(Schema& s, MonitorConfig& m) {
   auto& ss = s.real("monitor.spike_score_sigma", &m.spike_score_sigma, "OLMo 2 spike score: sigmas");
   ss.min = 0;
   ss.min_exclusive = true;
-  s.boolean("monitor.skip_on_spike", &m.skip_on_spike, "skip the optimizer update on a flagged spike (costs one host sync per step on CUDA: the "
-            "verdict comes before the update)");
+  s.boolean("monitor.skip_on_spike", &m.skip_on_spike, "legacy form of monitor.on_spike: skip_step");
+  s.choice("monitor.on_spike", &m.on_spike, {},
+           "on a flagged loss or gradient-norm spike: none (record it); skip_step (skip that update; one host "
+           "sync per step on CUDA, the verdict comes before the update); rewind (PaLM: back to the newest "
+           "checkpoint before the spike, skipping monitor.rewind_skip_batches batches of data from there; needs "
+           "checkpoint.every > 0, spikes are judged before every checkpoint, and a step-0 checkpoint is saved)");
+  s.integer("monitor.rewind_skip_batches", &m.rewind_skip_batches,
+            "rewind: training batches skipped from the checkpoint on (PaLM skipped 200-500); 0 = exactly those "
+            "from the checkpoint through the spike's own")
+      .min = 0;
+  s.integer("monitor.max_rewinds", &m.max_rewinds, "rewind: the run stops (stopped_by max_rewinds) at a spike "
+            "after this many rewinds")
+      .min = 0;
   auto& lf = s.real("monitor.diverge_loss_factor", &m.diverge_loss_factor,
                     "loss divergence: the loss exceeds this times the initial loss (or is non-finite)");
   lf.min = 1;
@@ -147,13 +158,23 @@ void check_train(const Config& c, ConfigErrors& e) {
                                    ") normalises away; use one or the other");
   if (t.cuda_graph) {  // these need the host between the phases of a step (step_runner.h)
     const std::string why = " needs the host in the middle of a step, which a CUDA graph replays in one piece";
-    if (c.monitor.skip_on_spike) e.add("train.cuda_graph", "monitor.skip_on_spike" + why);
+    if (c.monitor.spike_action() == SpikeAction::skip_step)
+      e.add("train.cuda_graph", "monitor.on_spike: skip_step" + why);
+    if (c.monitor.spike_action() == SpikeAction::rewind)
+      e.add("train.cuda_graph", "monitor.on_spike: rewind restores weights and optimizer state under a captured "
+                                "graph, which is not supported");
     if (c.monitor.layer_grad_norms) e.add("train.cuda_graph", "monitor.layer_grad_norms" + why);
     if (t.qk_clip_tau) e.add("train.cuda_graph", "train.qk_clip_tau" + why);
     if (c.model.sigma_reparam) e.add("train.cuda_graph", "model.sigma_reparam" + why);
     if (t.optimizer_impl == OptimizerImpl::reference)  // its per-step lr.item() cannot run inside a capture
       e.add("train.cuda_graph", "train.optimizer_impl: reference" + why + " (it reads the learning rate on the host)");
   }
+  if (c.monitor.skip_on_spike && c.monitor.on_spike == SpikeAction::rewind)
+    e.add("monitor.skip_on_spike", "is the legacy form of monitor.on_spike: skip_step and cannot be combined with "
+                                   "monitor.on_spike: rewind");
+  if (c.monitor.spike_action() == SpikeAction::rewind && c.checkpoint.every <= 0)
+    e.add("monitor.on_spike", "rewind goes back to the newest checkpoint before a spike and needs "
+                              "checkpoint.every > 0");
   if (t.warmup_steps > t.max_steps)
     e.add("train.warmup_steps", std::to_string(t.warmup_steps) + " is longer than train.max_steps = " +
                                     std::to_string(t.max_steps));

@@ -14,6 +14,11 @@ void MetricsLogger::start(int64_t start_step) {
   run_start_ = interval_start_ = Clock::now();
 }
 
+void MetricsLogger::restart(int64_t step, double elapsed_s) {
+  start(step);
+  earlier_s_ = elapsed_s;
+}
+
 double MetricsLogger::elapsed_s() const {
   return earlier_s_ + std::chrono::duration<double>(Clock::now() - run_start_).count();
 }

@@ -35,6 +35,9 @@ class MetricsLogger {
                 const ComputeSetup& compute, int world);
 
   void start(int64_t start_step);  // the run's clock
+  // After a rewind to `step`: the ETA counts from there, the training time
+  // goes on from `elapsed_s` (the abandoned steps took time too).
+  void restart(int64_t step, double elapsed_s);
   // Every step: host time spent waiting for the batch and for the gradient all-reduces.
   void step_done(double loader_wait_ms, double comm_wait_ms);
   // Spike events of this interval, attached to the next record.

@@ -59,6 +59,8 @@ int Trainer::run() {
   std::string stopped_by = "completed";
   int exit_code = exit_code::ok;
   const bool cpu = compute_.device.is_cpu();
+  // Rewinds need a checkpoint before any spike: step 0's, for spikes before the first periodic one.
+  if (cfg_.monitor.spike_action() == SpikeAction::rewind && start_step_ == 0) save_checkpoint(0);
   for (int64_t index = start_step_; index < cfg_.train.max_steps; ++index) {
     StepPlan plan = plan_step(cfg_, index, cpu, evaluator_->enabled());
     if (dist_->distributed() && vote_cadence_.due(plan.step)) plan.host_sync = true;  // the stop vote's bound
@@ -69,7 +71,20 @@ int Trainer::run() {
       exit_code = exit_code::nonfinite;
       break;
     }
-    if (plan.drain_spikes) record_spikes(stability_->drain());
+    if (plan.drain_spikes) {
+      const std::vector<SpikeEvent> spikes = stability_->drain();
+      record_spikes(spikes);
+      if (const auto spike = spike_to_rewind(spikes)) {  // every rank alike
+        if (data_skips_.rewinds() >= cfg_.monitor.max_rewinds) {
+          run_->log->warn(strf("spike at step %lld after %lld rewind(s): monitor.max_rewinds reached, stopping",
+                               static_cast<long long>(*spike), static_cast<long long>(data_skips_.rewinds())));
+          stopped_by = "max_rewinds";
+          break;
+        }
+        index = rewind(*spike, spikes) - 1;  // the loop's ++index is the checkpoint's next step
+        continue;
+      }
+    }
     const StopVote vote = vote_on_stopping(plan);
     if (vote.stopping()) {
       plan.stop();
@@ -138,6 +153,7 @@ void Trainer::setup() {
     train_data_ = std::make_unique<BatchLoader>(cfg_.data.dir, "train", geometry_.seq_len, geometry_.global_batch,
                                                 dist_->rank(), dist_->world(), static_cast<uint64_t>(cfg_.run.seed),
                                                 cfg_.data.prefetch, cfg_.data.verify);
+    data_skips_ = DataSkips(parse_skip_batches(cfg_.data.skip_batches, nullptr));  // a checkpoint's list replaces it
     evaluator_ = std::make_unique<Evaluator>(cfg_, data, geometry_, *dist_, compute_);
     if (!evaluator_->enabled())
       run_->log->warn("no validation split in " + cfg_.data.dir + " (data.val_fraction = 0?): evaluation is off");
@@ -199,6 +215,9 @@ void Trainer::print_settings() {
                               name_of(dist_->backend()).c_str(), dist_->env().source.c_str(),
                               static_cast<long long>(g.rows_per_rank), grad_sync_->bucket_count(),
                               cfg_.dist.bucket_mb, cfg_.dist.overlap ? "overlapped" : "after backward"));
+  row("attention", parts_.model->attention_kernel(g.micro_batch, g.seq_len, compute_.device,
+                                                  compute_.bf16_autocast ? torch::kBFloat16 : torch::kFloat32) +
+                       " (SDPA tries " + compute_.attention_order + ")");
   row("MFU peak", si(compute_.peak_flops) + "FLOP/s, " + compute_.peak_source);
   log.info(rule);
   log.info("MFU convention: " + flops_convention());
@@ -208,15 +227,12 @@ void Trainer::print_settings() {
 
 // The step's device work and what it measures for the logger. No host sync
 // except where the plan or the config asks for one (monitor statistics,
-// monitor.skip_on_spike, update norms on logged steps).
+// monitor.on_spike: skip_step, update norms on logged steps).
 StepReport Trainer::train_step(const StepPlan& plan) {
   const int64_t index = plan.step - 1;
   if (plan.step == faults_.kill_at_step) std::raise(SIGKILL);  // injected fault: this rank dies
   while (plan.step == faults_.hang_at_step) std::this_thread::sleep_for(std::chrono::seconds(1));  // ... or hangs
   StepRunner& runner = *parts_.runner;
-  row("attention", parts_.model->attention_kernel(g.micro_batch, g.seq_len, compute_.device,
-                                                  compute_.bf16_autocast ? torch::kBFloat16 : torch::kFloat32) +
-                       " (SDPA tries " + compute_.attention_order + ")");
   const bool graphed = runner.graph_mode();
   StepReport report;
   report.lr = lr_at(cfg_.train, index);
@@ -231,7 +247,8 @@ StepReport Trainer::train_step(const StepPlan& plan) {
     runner.begin_step();
   }
   const auto wait0 = Clock::now();
-  Batch batch = train_data_->get(index);
+  const int64_t data_step = data_skips_.data_step(index);  // index itself unless batches were skipped
+  Batch batch = train_data_->get(data_step);
   const double loader_ms = ms_since(wait0);
   if (plan.monitor && rank0()) {  // statistics are rank 0's job: it logs them
     const int64_t n = std::min<int64_t>(cfg_.monitor.sequences, batch.inputs.size(0));
@@ -247,7 +264,7 @@ StepReport Trainer::train_step(const StepPlan& plan) {
     MicroHooks hooks;
     hooks.before_backward = [&](int64_t micro, LossParts& loss) {
       if (grad_sync_ && micro == geometry_.n_micro - 1) grad_sync_->arm();  // this backward's gradients are final
-      inject_loss_faults(plan.step, loss);
+      inject_loss_faults(data_step + 1, loss);  // planted in a batch: a skipped batch takes it along
     };
     r.loss = runner.forward_backward(runner.to_device(batch), hooks);
     if (grad_sync_) {
@@ -260,7 +277,7 @@ StepReport Trainer::train_step(const StepPlan& plan) {
   counters_->add_step(r.loss.ce, r.loss.z, r.clip.grad_norm, r.clip.found_inf);
   auto skip = r.clip.found_inf;  // the update is skipped on the device when 1
   auto signals = torch::stack({r.loss.ce.to(torch::kFloat32), r.clip.grad_norm.to(torch::kFloat32)});
-  if (cfg_.monitor.skip_on_spike) {  // never with train.cuda_graph (a config check)
+  if (cfg_.monitor.spike_action() == SpikeAction::skip_step) {  // never with train.cuda_graph (a config check)
     // The verdict is needed before the update: one host sync per step.
     auto host = signals.cpu();
     auto events = stability_->observe(plan.step, host[0].item<double>(), host[1].item<double>());
@@ -325,7 +342,8 @@ void Trainer::apply_qk_clip() {
 
 // Faults planted by the tests (util/fault_inject.h): a loss spike or a
 // non-finite loss at one step.
-void Trainer::inject_loss_faults(int64_t step, LossParts& loss) const {
+void Trainer::inject_loss_faults(int64_t data_step, LossParts& loss) const {
+  const int64_t step = data_step;  // the batch's step; the training step unless batches were skipped
   if (step == faults_.loss_x10_at_step) {
     loss.total = loss.total * 10.0;
     loss.ce = loss.ce * 10.0;
@@ -453,7 +471,9 @@ void Trainer::write_summary(const std::string& stopped_by) {
                       {"nonfinite_steps", nonfinite_seen_},
                       {"parameters", parts_.size.total},
                       {"world_size", dist_->world()},
-                      {"spike_skipped_steps", spike_skips_}};
+                      {"spike_skipped_steps", spike_skips_},
+                      {"rewinds", data_skips_.rewinds()},
+                      {"data_skips", data_skips_.to_json()}};
   s.update(stability_->summary());
   run_->write_json_atomic("summary.json", s);
   run_->log->info(strf("summary: %s after %lld steps, %.1f s; final loss %.4f, val loss %.4f (best %.4f); %s",

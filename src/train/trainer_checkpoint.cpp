@@ -37,6 +37,11 @@ void Trainer::resume_from_checkpoint(const std::string& dir) {
 }
 
 void Trainer::resume_from_checkpoint_unchecked(const std::string& dir) {
+  restore_checkpoint(dir, /*branch=*/opts_.resume != "auto", "resume");
+  run_->log->info(strf("resumed from %s at step %lld", dir.c_str(), static_cast<long long>(start_step_)));
+}
+
+void Trainer::restore_checkpoint(const std::string& dir, bool branch, const std::string& why) {
   CheckpointStore::verify(dir);  // a corrupted checkpoint is named before anything else
   Config saved = checkpoint_config(dir);
   ConfigDiff diff = diff_for_resume(saved, cfg_);
@@ -84,9 +89,9 @@ void Trainer::resume_from_checkpoint_unchecked(const std::string& dir) {
     stability_->load_state(stability);
   }
   if (extra.contains("spike_skips")) spike_skips_ = extra["spike_skips"].get<int64_t>();
-  if (opts_.resume != "auto") branch_off(dir, start_step_);
+  data_skips_.load_state(extra, dir + "/state.json");
+  if (branch) branch_off(dir, start_step_, why);
   truncate_logs_after(start_step_);
-  run_->log->info(strf("resumed from %s at step %lld", dir.c_str(), static_cast<long long>(start_step_)));
 }
 
 namespace {
@@ -110,28 +115,33 @@ std::string lines_up_to_step(const std::string& path, int64_t step, bool after =
 // branch of the run: the newer checkpoints and the log records after `step`
 // move to branches/<name>/ (kept whole, listed in branches.jsonl), so
 // --resume auto follows the current branch and pruning never sees the old one.
-void Trainer::branch_off(const std::string& resumed_dir, int64_t step) {
+void Trainer::branch_off(const std::string& resumed_dir, int64_t step, const std::string& why) {
   if (!run_->writer()) return;
   CheckpointStore store(run_->path());
   if (real_path(dir_name(resumed_dir)) != real_path(store.checkpoints_dir())) return;  // another run's checkpoint
-  const std::string name = "from_step_" + std::to_string(step) + "_at_" + utc_now("%Y%m%dT%H%M%SZ");
+  std::string name = "from_step_" + std::to_string(step) + "_at_" + utc_now("%Y%m%dT%H%M%SZ");
+  // Two rewinds to one step within a second: a name of their own each.
+  for (int n = 2; path_exists(run_->path() + "/branches/" + name); ++n)
+    name = "from_step_" + std::to_string(step) + "_at_" + utc_now("%Y%m%dT%H%M%SZ") + "_" + std::to_string(n);
   const std::string branch = run_->path() + "/branches/" + name;
   const std::vector<int64_t> moved = store.move_steps_after(step, branch + "/checkpoints");
-  if (moved.empty()) return;  // nothing newer: an ordinary resume
+  if (moved.empty() && why == "resume") return;  // nothing newer: an ordinary resume (a rewind keeps its logs)
+  ensure_directory(branch);
   for (const char* log_name : {"metrics.jsonl", "spikes.jsonl", "nonfinite.jsonl"})
     if (path_exists(run_->file(log_name)))
       write_file_durably(branch + "/" + log_name, lines_up_to_step(run_->file(log_name), step, /*after=*/true));
   for (const char* kept : {"summary.json", "config.yaml"})
     if (path_exists(run_->file(kept))) write_file_durably(branch + "/" + kept, read_small_file(run_->file(kept)));
-  const nlohmann::json record = {{"branch", "branches/" + name}, {"resumed_from_step", step},
+  const nlohmann::json record = {{"branch", "branches/" + name}, {"resumed_from_step", step}, {"why", why},
                                  {"abandoned_checkpoints", moved}, {"at", utc_now()}};
   std::string listing = path_exists(run_->file("branches.jsonl")) ? read_small_file(run_->file("branches.jsonl")) : "";
   write_file_atomic(run_->file("branches.jsonl"), listing + record.dump() + "\n");
   std::string steps;
   for (int64_t s : moved) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
-  run_->log->warn(strf("resuming from step %lld starts a new branch: checkpoints %s and the records after step "
+  run_->log->warn(strf("%s to step %lld starts a new branch: checkpoints %s and the records after step "
                        "%lld moved to %s (listed in branches.jsonl)",
-                       static_cast<long long>(step), steps.c_str(), static_cast<long long>(step), branch.c_str()));
+                       why == "resume" ? "resuming" : "rewinding", static_cast<long long>(step),
+                       steps.empty() ? "(none)" : steps.c_str(), static_cast<long long>(step), branch.c_str()));
 }
 
 // A run that crashed after its last checkpoint logged steps it will now
@@ -158,6 +168,7 @@ void Trainer::save_checkpoint(int64_t steps_done) {
                  {"device_counters", counters_->snapshot()}};  // sync point; the open logging interval's sums
   evaluator_->save_state(state.extra);
   metrics_->save_state(state.extra);
+  data_skips_.save_state(state.extra);
   state.rng = gather_rng_states();
   const auto t0 = std::chrono::steady_clock::now();
   std::string dir;

@@ -22,6 +22,7 @@
 #include "distributed/process_group.h"
 #include "monitor/stability.h"
 #include "train/device.h"
+#include "train/data_skips.h"
 #include "train/device_counters.h"
 #include "train/evaluator.h"
 #include "train/metrics_logger.h"
@@ -52,15 +53,25 @@ class Trainer {
   StepReport train_step(const StepPlan& plan);
   bool halt_on_nonfinite(const StepPlan& plan);  // records new non-finite steps; true when train.nonfinite: halt
   StopVote vote_on_stopping(const StepPlan& plan);
-  void branch_off(const std::string& resumed_dir, int64_t step);
+  // why: "resume" (only when newer checkpoints exist) or "rewind" (always: the abandoned records).
+  void branch_off(const std::string& resumed_dir, int64_t step, const std::string& why);
   void resume_from_checkpoint_unchecked(const std::string& dir);
+  // The state of checkpoint `dir`; with `branch`, newer checkpoints and log
+  // records move to branches/ (branch_off). Shared by resume and rewind.
+  void restore_checkpoint(const std::string& dir, bool branch, const std::string& why);
   void log_step(const StepPlan& plan, const StepReport& report);
   void write_summary(const std::string& stopped_by);
   void record_spikes(const std::vector<SpikeEvent>& events);
   nlohmann::json per_layer_grad_norms();
   void measure_update(const std::vector<torch::Tensor>& before, StepReport& report);
   void apply_qk_clip();
-  void inject_loss_faults(int64_t step, LossParts& loss) const;
+  void inject_loss_faults(int64_t data_step, LossParts& loss) const;
+  // monitor.on_spike: rewind (trainer_rewind.cpp): the first spike of these
+  // events every rank agrees to rewind for, or nullopt.
+  std::optional<int64_t> spike_to_rewind(const std::vector<SpikeEvent>& events);
+  // Back to the newest checkpoint before `spike_step`, skipping batches from
+  // there; returns the checkpoint's step (the loop goes on after it).
+  int64_t rewind(int64_t spike_step, const std::vector<SpikeEvent>& spikes);
   // Checkpoints (trainer_checkpoint.cpp).
   std::string choose_resume_dir();
   void resume_from_checkpoint(const std::string& dir);
@@ -97,7 +108,8 @@ class Trainer {
 
   int64_t start_step_ = 0, steps_done_ = 0, last_saved_step_ = -1;
   int64_t nonfinite_seen_ = 0;   // non-finite steps recorded in nonfinite.jsonl
-  int64_t spike_skips_ = 0;      // updates skipped by monitor.skip_on_spike
+  int64_t spike_skips_ = 0;      // updates skipped by monitor.on_spike: skip_step
+  DataSkips data_skips_;         // batches skipped (data.skip_batches, rewinds): the data order's state
   bool divergence_reported_ = false, instability_reported_ = false;
 };
 

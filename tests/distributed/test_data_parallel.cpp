@@ -348,3 +348,26 @@ TEST_F(DataParallel, SetupErrorsAreClearAndExitWithTwo) {
         << keel_test::read_file(r1.log);
   }
 }
+
+// monitor.on_spike: rewind under data parallelism: every rank judges the same
+// all-reduced loss and agrees through one collective, so both go back to the
+// same checkpoint and skip the same batches. The run completes with the
+// replicas identical (checked by the trainer) and records the rewind once.
+TEST_F(DataParallel, RewindIsDecidedByEveryRankAlike) {
+  std::string out;
+  setenv("KEEL_FAULT_INJECT", "loss_x10_at_step:9", 1);
+  const int rc = run_keel("launch --nproc 2 -- " +
+                              train_args("rewind2", "--set monitor.on_spike=rewind --set monitor.spike_window=8 "
+                                                    "--set monitor.spike_warmup=4 --set monitor.spike_threshold=20 "
+                                                    "--set monitor.diverge_loss_factor=100"),
+                          &out);
+  unsetenv("KEEL_FAULT_INJECT");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("parameters identical on all 2 ranks after step 12"), std::string::npos) << out;
+  auto summary = read_json(run_path("rewind2") + "/summary.json");
+  EXPECT_EQ(summary["stopped_by"], "completed");
+  EXPECT_GE(summary["rewinds"].get<int64_t>(), 1);
+  bool planted = false;
+  for (const auto& r : summary["data_skips"]) planted |= r["spike_step"] == 9 && r["after_step"] == 6;
+  EXPECT_TRUE(planted) << summary.dump(2);  // checkpoints every 6 steps: back to step 6
+}

@@ -11,10 +11,12 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
+#include "checkpoint/safetensors.h"
 #include "test_util.h"
 #include "util/dir_lock.h"
 #include "util/fs.h"
@@ -550,4 +552,107 @@ TEST_F(TrainCli, HighLearningRateGrowsLayerZeroAttentionLogits) {
                                                  << " -> " << layer0.back();
   auto s = read_json(run_path("high_lr") + "/summary.json");
   EXPECT_NEAR(s["max_attn_logit_per_layer"][0].get<double>(), *std::max_element(layer0.begin(), layer0.end()), 1e-9);
+}
+
+// ------------------------------------------------- monitor.on_spike: rewind
+
+namespace {
+
+// The model's tensors of a checkpoint, by name.
+std::map<std::string, torch::Tensor> checkpoint_weights(const std::string& run, int64_t step) {
+  char dir[32];
+  std::snprintf(dir, sizeof dir, "step_%08lld", static_cast<long long>(step));
+  std::map<std::string, torch::Tensor> out;
+  for (auto& [name, t] : keel::read_safetensors(run + "/checkpoints/" + dir + "/model.safetensors")) out[name] = t;
+  return out;
+}
+
+void expect_same_weights(const std::string& a, const std::string& b, int64_t step) {
+  auto wa = checkpoint_weights(a, step), wb = checkpoint_weights(b, step);
+  ASSERT_EQ(wa.size(), wb.size());
+  ASSERT_FALSE(wa.empty());
+  for (const auto& [name, t] : wa) {
+    ASSERT_TRUE(wb.count(name)) << name;
+    EXPECT_TRUE(torch::equal(t, wb[name])) << name << " differs between " << a << " and " << b;
+  }
+}
+
+// Every rewind record of a run's spikes.jsonl.
+std::vector<nlohmann::json> rewinds_of(const std::string& run) {
+  std::vector<nlohmann::json> out;
+  for (const auto& e : read_jsonl(run + "/spikes.jsonl"))
+    if (e.value("event", "") == "rewind") out.push_back(e);
+  return out;
+}
+
+// A 10x loss is hundreds of sigmas; threshold 20 keeps ordinary early-training noise unflagged.
+const std::string kRewind =
+    "--set monitor.spike_window=8 --set monitor.spike_warmup=4 --set monitor.spike_threshold=20 "
+    "--set monitor.diverge_loss_factor=100 --set monitor.on_spike=rewind ";
+
+}  // namespace
+
+// PaLM's recovery, end to end: the planted spike in step 9's batch sends the
+// run back to step 8's checkpoint, that batch is skipped, the run completes,
+// and it ends with the weights of a run that skipped the same batch from the
+// start; a resume after the rewind ends there too.
+TEST_F(TrainCli, RewindSkipsTheSpikesBatchAndEqualsARunGivenTheSkipList) {
+  std::string out;
+  setenv("KEEL_FAULT_INJECT", "loss_x10_at_step:9", 1);
+  const int rc = run_keel(args("rewound", kRewind), &out);
+  const std::string rewound_out = out;
+  const int rc_stopped = run_keel(args("rewound_resumed", kRewind + "--stop-after-step 10"), &out);
+  const std::string stopped_out = out;
+  const int rc_resumed = run_keel(args("rewound_resumed", kRewind + "--resume auto"), &out);
+  unsetenv("KEEL_FAULT_INJECT");
+  ASSERT_EQ(rc, 0) << rewound_out;
+  ASSERT_EQ(rc_stopped, 0) << stopped_out;
+  ASSERT_EQ(rc_resumed, 0) << out;
+
+  const auto rewinds = rewinds_of(run_path("rewound"));
+  ASSERT_GE(rewinds.size(), 1u) << rewound_out;
+  const nlohmann::json* planted = nullptr;
+  for (const auto& r : rewinds)
+    if (r["spike_step"] == 9) planted = &r;
+  ASSERT_NE(planted, nullptr) << rewound_out;
+  EXPECT_EQ((*planted)["step"], 8);             // the newest checkpoint before the spike (every 4 steps)
+  EXPECT_EQ((*planted)["skipped_batches"], 1);  // default: through the spike's own batch
+  EXPECT_FALSE((*planted)["spikes"].empty());
+  auto summary = read_json(run_path("rewound") + "/summary.json");
+  EXPECT_EQ(summary["stopped_by"], "completed");
+  EXPECT_EQ(summary["steps"], 12);
+  EXPECT_EQ(summary["rewinds"].get<int64_t>(), static_cast<int64_t>(rewinds.size()));
+  ASSERT_EQ(summary["data_skips"].size(), rewinds.size());
+  // The abandoned step's records were kept in a branch.
+  EXPECT_TRUE(keel::path_exists(run_path("rewound") + "/branches.jsonl"));
+  // The step-9 record comes from the new trajectory (logged once).
+  auto metrics = read_metrics(run_path("rewound"));
+  ASSERT_EQ(metrics.size(), 12u);
+  for (size_t i = 0; i < metrics.size(); ++i) EXPECT_EQ(metrics[i].step, static_cast<int64_t>(i + 1));
+
+  // The same skips given from the start, no fault: the same weights.
+  std::string skips;
+  for (const auto& r : summary["data_skips"])
+    skips += (skips.empty() ? "" : ",") + std::string("'") + std::to_string(r["after_step"].get<int64_t>()) + ":" +
+             std::to_string(r["batches"].get<int64_t>()) + "'";
+  ASSERT_EQ(run_keel(args("given_skips", kRewind + "--set \"data.skip_batches=[" + skips + "]\""), &out), 0) << out;
+  auto given = read_json(run_path("given_skips") + "/summary.json");
+  EXPECT_EQ(given["rewinds"], 0) << out;  // without the planted spike nothing needs a rewind
+  expect_same_weights(run_path("rewound"), run_path("given_skips"), 12);
+  // Stopped after the rewind and resumed: bit-exact too.
+  EXPECT_EQ(read_json(run_path("rewound_resumed") + "/summary.json")["rewinds"], summary["rewinds"]);
+  expect_same_weights(run_path("rewound"), run_path("rewound_resumed"), 12);
+}
+
+TEST_F(TrainCli, RewindsStopAtMaxRewinds) {
+  std::string out;
+  setenv("KEEL_FAULT_INJECT", "loss_x10_at_step:9", 1);
+  const int rc = run_keel(args("no_rewinds", kRewind + "--set monitor.max_rewinds=0"), &out);
+  unsetenv("KEEL_FAULT_INJECT");
+  ASSERT_EQ(rc, 0) << out;
+  auto summary = read_json(run_path("no_rewinds") + "/summary.json");
+  EXPECT_EQ(summary["stopped_by"], "max_rewinds");
+  EXPECT_LE(summary["steps"].get<int64_t>(), 9);
+  EXPECT_EQ(summary["rewinds"], 0);
+  EXPECT_NE(out.find("monitor.max_rewinds reached"), std::string::npos) << out;
 }
