@@ -178,6 +178,7 @@ if [[ -n $dry ]]; then
   train_set=(--set train.device=cpu --set model.n_layers=1 --set train.batch_size=4 --set model.max_seq_len=32
              --set train.warmup_steps=1 --set train.log_every=2 --set train.eval_batches=2)
   steps=(--steps 2 --warmup 1)
+  long_set=(--set model.max_seq_len=64)
   train_steps=4
   graph=false   # CUDA graphs need CUDA: the dry run takes the same lines eagerly
   compare_modes=eager
@@ -185,6 +186,7 @@ else
   gpt2_set=(--set train.batch_size=64 --set train.micro_batch_size=32)
   train_set=(--set train.device=cuda)
   steps=(--steps 20 --warmup 5)
+  long_set=(--set model.max_seq_len=4096 --set train.batch_size=16 --set train.micro_batch_size=8)
   train_steps=300
   graph=true
   compare_modes="eager compile"
@@ -231,6 +233,11 @@ if [[ -n $preflight_ok ]]; then
     # train.attention_backend: auto prefers cuDNN attention on Hopper; FlashAttention-2 for comparison.
     section bench-gpt2-flash 40 bench gpt2-flash configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
         --set train.attention_backend=flash
+    # Gemma's attention softcap on the blockwise attention, at T = 1024 and 4096 (SDPA without it: bench-gpt2).
+    section bench-gpt2-softcap 45 bench gpt2-softcap configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+        --set model.attn_softcap=50
+    section bench-gpt2-softcap-4k 60 bench gpt2-softcap-4k configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+        --set model.attn_softcap=50 "${long_set[@]}"
     section train-nccl 35 launch_train
     section bench-default-eager 20 bench default-eager configs/default.yaml "${train_set[@]}" "${steps[@]}"
     section bench-default-graph 20 bench default-graph configs/default.yaml "${train_set[@]}" "${steps[@]}" \

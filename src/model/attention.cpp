@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "model/blockwise_attention.h"
 #include "model/fused_ops.h"
 
 namespace keel {
@@ -154,7 +155,7 @@ std::string sdpa_backend_name(int64_t backend) {
 
 std::string AttentionImpl::kernel_name(int64_t batch, int64_t seq_len, torch::Device device,
                                        torch::ScalarType dtype) const {
-  if (softcap_ || clamp_ || track_head_max) return "explicit";
+  if (softcap_ || clamp_ || track_head_max) return "blockwise";
   // SDPA's own selection, asked with tensors of the training shapes (values unused).
   auto opts = torch::TensorOptions().dtype(dtype).device(device).requires_grad(true);
   auto q = torch::empty({batch, n_heads_, seq_len, head_dim_}, opts);
@@ -204,13 +205,28 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
 
   torch::Tensor y;
   const bool track = track_head_max && torch::GradMode::is_enabled();  // training forwards only
-  if (explicit_path(stats != nullptr)) {
-    torch::Tensor step_max;
-    y = explicit_attention(q, k, v, scale_, softcap_, stats, clamp_, track ? &step_max : nullptr);
-    if (track) head_max = head_max.defined() ? torch::maximum(head_max, step_max) : step_max;
-  } else {
+  if (sdpa_path(stats != nullptr)) {
     y = at::scaled_dot_product_attention(q, k, v, c10::nullopt, 0.0, /*is_causal=*/true, scale_,
                                          /*enable_gqa=*/n_kv_heads_ != n_heads_);
+  } else {
+    BlockwiseOptions o;
+    o.scale = scale_;
+    o.softcap = softcap_;
+    o.clamp = clamp_;
+    // 128 rows: fastest of 64 / 128 / 256 on the CPU at T = 1024 (docs/speed.md), each block's
+    // [B, H, 128, 128] fp32 logits small enough for the caches between passes.
+    o.block_q = o.block_k = 128;
+    o.head_max = track || stats;
+    o.stats = stats != nullptr;
+    BlockwiseResult r = blockwise_attention(q, k, v, o);
+    y = r.out;
+    if (track) head_max = head_max.defined() ? torch::maximum(head_max, r.head_max) : r.head_max;
+    if (stats) {
+      stats->head_max_score = r.head_max;
+      stats->max_score = r.head_max.max();
+      stats->max_score_capped = softcap_ || clamp_ ? r.max_capped : stats->max_score;
+      stats->entropy = r.entropy;
+    }
   }
   y = y.transpose(1, 2).reshape({B, T, n_heads_ * head_dim_});
   return reparam_linear(y, wo, bo, wo_sigma);

@@ -27,27 +27,29 @@ struct AttentionStats {
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& cfg);
-  // x: [B, T, d_model]. When `stats` is given, the explicit path is used and
-  // the statistics are filled in.
+  // x: [B, T, d_model]. When `stats` is given, the blockwise path computes
+  // them (model/blockwise_attention.h).
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats = nullptr);
 
   int64_t matmul_weights() const { return wq.numel() + wk.numel() + wv.numel() + wo.numel(); }  // for FLOPs
   // Scale applied to q.k (ignored for l2, where the temperature replaces it).
   double score_scale() const { return scale_; }
-  // The one dispatch test: the explicit path when a softcap or clamp is set,
-  // statistics are asked for, or QK-clip tracks this training forward's
-  // logits; SDPA (flash / memory-efficient kernels) otherwise.
-  bool explicit_path(bool with_stats) const {
-    return softcap_ || clamp_ || with_stats || (track_head_max && torch::GradMode::is_enabled());
+  // The one dispatch test: SDPA (flash, cuDNN or memory-efficient kernels)
+  // unless a softcap or clamp is set, statistics are asked for, or QK-clip
+  // tracks this training forward's logits; those take the blockwise path,
+  // whose memory is linear in T like SDPA's. The explicit path
+  // (explicit_attention) is the tests' reference only.
+  bool sdpa_path(bool with_stats) const {
+    return !(softcap_ || clamp_ || with_stats || (track_head_max && torch::GradMode::is_enabled()));
   }
 
-  // Which kernel a training forward of this shape runs: "explicit" (softcap,
+  // Which kernel a training forward of this shape runs: "blockwise" (softcap,
   // clamp or QK-clip) or SDPA's choice for these shapes and the current
   // priority order ("flash_attention", "cudnn_attention", "math", ...).
   std::string kernel_name(int64_t batch, int64_t seq_len, torch::Device device, torch::ScalarType dtype) const;
 
   // QK-clip needs each head's largest logit of the step: while set, training
-  // forwards take the explicit path and keep the running per-head maximum of
+  // forwards take the blockwise path and keep the running per-head maximum of
   // |score| in head_max ([n_heads], on the device; reset it to undefined at
   // the start of a step).
   bool track_head_max = false;
@@ -74,10 +76,9 @@ class AttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
-// The explicit (non-fused) attention on [B, H, T, D] queries and [B, Hkv, T, D]
-// keys/values; used when a softcap or clamp is set, statistics are
-// requested or QK-clip tracks logits, and as the reference the fused path is
-// tested against. `clamp` clips scores to [-c, c] after the softcap.
+// The explicit attention on [B, H, T, D] queries and [B, Hkv, T, D]
+// keys/values, materialising the [T, T] scores: the reference that SDPA and
+// the blockwise path are tested against (no training forward takes it). `clamp` clips scores to [-c, c] after the softcap.
 // head_max (optional): set to the per-head max |score| before cap and clamp.
 torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  double scale, c10::optional<double> softcap, AttentionStats* stats,

@@ -44,7 +44,7 @@ class BlockImpl : public torch::nn::Module {
 TORCH_MODULE(Block);
 
 struct ForwardOptions {
-  // Fill one AttentionStats per layer (explicit attention path).
+  // Fill one AttentionStats per layer (blockwise attention path).
   std::vector<AttentionStats>* attention_stats = nullptr;
 };
 

@@ -184,7 +184,7 @@ nlohmann::json Bench::monitor_cost(double step_ms) {
   Batch b = batch(0);
   const int64_t n = std::min<int64_t>(cfg_.monitor.sequences, b.inputs.size(0));
   auto inputs = b.inputs.narrow(0, 0, n).to(compute_.device);
-  collect_model_stats(parts_.model, inputs, compute_.bf16_autocast);  // warm-up (explicit attention path)
+  collect_model_stats(parts_.model, inputs, compute_.bf16_autocast);  // warm-up (blockwise attention path)
   std::vector<double> times;
   for (int64_t i = 0; i < opt_.monitor_repeats; ++i) {
     device_sync(compute_.device);

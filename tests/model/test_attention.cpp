@@ -172,7 +172,7 @@ TEST(Attention, CausalForEveryPlacementAndSoftcap) {
   }
 }
 
-// Requesting statistics forces the explicit path; without a softcap the
+// Requesting statistics takes the blockwise path; without a softcap the
 // default forward uses SDPA. Both must agree (fp32 model).
 TEST(Attention, FastPathEqualsExplicitPath) {
   struct Case {
@@ -192,7 +192,7 @@ TEST(Attention, FastPathEqualsExplicitPath) {
     c.edit(cfg);
     auto model = make_model(cfg, 51, torch::kFloat32);
     perturb(model, 52);
-    EXPECT_FALSE(block(model, 0)->attn->explicit_path(false)) << "no cap: SDPA";
+    EXPECT_TRUE(block(model, 0)->attn->sdpa_path(false)) << "no cap: SDPA";
     auto idx = random_tokens(cfg, 2, 12);
     torch::NoGradGuard no_grad;
     std::vector<keel::AttentionStats> st;
@@ -204,15 +204,15 @@ TEST(Attention, FastPathEqualsExplicitPath) {
   auto cfg = tiny_config();
   cfg.attn_softcap = 50.0;
   auto model = make_model(cfg);
-  EXPECT_TRUE(block(model, 0)->attn->explicit_path(false)) << "a softcap takes the explicit path";
+  EXPECT_FALSE(block(model, 0)->attn->sdpa_path(false)) << "a softcap takes the blockwise path";
   block(model, 0)->attn->track_head_max = true;
-  EXPECT_TRUE(block(model, 0)->attn->explicit_path(false));
+  EXPECT_FALSE(block(model, 0)->attn->sdpa_path(false));
   {
     torch::NoGradGuard no_grad;  // QK-clip tracks training forwards only
     auto plain = make_model(tiny_config());
     block(plain, 0)->attn->track_head_max = true;
-    EXPECT_FALSE(block(plain, 0)->attn->explicit_path(false));
-    EXPECT_TRUE(block(plain, 0)->attn->explicit_path(true)) << "statistics take the explicit path";
+    EXPECT_TRUE(block(plain, 0)->attn->sdpa_path(false));
+    EXPECT_FALSE(block(plain, 0)->attn->sdpa_path(true)) << "statistics take the blockwise path";
   }
 }
 

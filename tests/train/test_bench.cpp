@@ -111,10 +111,10 @@ TEST(Bench, AttentionBackendMathIsWhatRuns) {
   ASSERT_FALSE(r.is_null());
   EXPECT_EQ(r["attention"]["kernel"], "math");
   EXPECT_TRUE(r["ops_per_step"].is_null());
-  // A softcap needs the explicit path, whatever the backend.
+  // A softcap takes the blockwise path, whatever the backend.
   r = run_bench(" --steps 1 --warmup 0 --breakdown-steps 0 --monitor-repeats 0 --set model.attn_softcap=30", &out);
   ASSERT_FALSE(r.is_null());
-  EXPECT_EQ(r["attention"]["kernel"], "explicit");
+  EXPECT_EQ(r["attention"]["kernel"], "blockwise");
   // CUDA-only backends are refused on the CPU, naming the key.
   std::string refused;
   const int rc = keel_test::run_keel("bench " + keel_test::source_path("configs/bench-cpu-tiny.yaml") + kSmall +

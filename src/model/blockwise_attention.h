@@ -1,0 +1,46 @@
+// Causal attention computed block by block (FlashAttention's online softmax,
+// Dao et al. 2022; docs/reference.md#blockwise-attention): queries in blocks,
+// keys and values streamed in blocks with a running maximum and sum, so no
+// [T, T] tensor exists, forward or backward. The score modifiers keel needs
+// are applied inside each block: the scale (or an L2 QK-Norm temperature
+// already folded into q), Gemma 2's tanh softcap, the hard clamp, the causal
+// mask, and grouped-query attention without repeating K and V. The backward
+// recomputes each block's scores from the saved log-sum-exp (a custom
+// autograd function).
+//
+// At no extra pass it also returns each query head's largest raw |logit|
+// (before cap and clamp: what monitoring, divergence detection and QK-clip
+// read), and, when asked, the statistics of the explicit path (mean entropy,
+// the largest logit after the cap).
+//
+// Written with ATen ops over blocks, so the same code runs on the CPU and on
+// CUDA. Scores are formed in the inputs' dtype and taken to fp32 for the cap,
+// the softmax and the statistics; gradients accumulate in fp32.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace keel {
+
+struct BlockwiseOptions {
+  double scale = 1.0;                   // multiplies q.k (1 for l2 QK-Norm, whose temperature is in q)
+  c10::optional<double> softcap;        // cap * tanh(s / cap)
+  c10::optional<double> clamp;          // clip to [-clamp, clamp] after the cap
+  int64_t block_q = 256, block_k = 256; // query and key rows per block
+  bool head_max = false;                // fill BlockwiseResult::head_max
+  bool stats = false;                   // fill entropy and max_capped (no gradient needed)
+};
+
+struct BlockwiseResult {
+  torch::Tensor out;         // [B, H, T, D], q's dtype
+  torch::Tensor head_max;    // [H] max |q.k * scale| over causal positions, before cap and clamp (fp32)
+  torch::Tensor entropy;     // [] mean attention entropy in nats over batch, heads and positions (stats)
+  torch::Tensor max_capped;  // [] max |logit| after cap and clamp (stats)
+};
+
+// q: [B, H, T, D]; k, v: [B, Hkv, T, D] with H a multiple of Hkv (query head
+// h reads key/value head h / (H / Hkv)). Differentiable in q, k and v.
+BlockwiseResult blockwise_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    const BlockwiseOptions& options);
+
+}  // namespace keel
