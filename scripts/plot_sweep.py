@@ -8,7 +8,8 @@ Reads OUT_DIR/summary.csv and OUT_DIR/lr_sensitivity.csv (written by
 metrics.jsonl and spikes.jsonl; writes OUT_DIR/plots/:
 
   loss_vs_lr    final validation loss against peak LR (log x), one line per
-                variant; diverged points drawn as x at l0
+                variant; diverged points drawn as x at l0; with several seeds
+                the mean and a band of one standard deviation
   loss_curves   training loss per variant, one curve per LR (colour: LR)
   attn_logit    layer-0 maximum attention logit per variant (log y) with
                 the divergence threshold
@@ -17,6 +18,7 @@ metrics.jsonl and spikes.jsonl; writes OUT_DIR/plots/:
 import csv
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -106,7 +108,13 @@ def main():
             by_lr.setdefault(lr, []).append((value, diverged))
         xs = sorted(by_lr)
         ys = [sum(v for v, _ in by_lr[x]) / len(by_lr[x]) for x in xs]
-        line, = ax.plot(xs, ys, "o-", label=variant, color=f"C{i}", markersize=4)
+        seeds = max((len(v) for v in by_lr.values()), default=1)
+        label = variant + (f" (mean of {seeds} seeds ± sd)" if seeds > 1 else "")
+        line, = ax.plot(xs, ys, "o-", label=label, color=f"C{i}", markersize=4)
+        if seeds > 1:  # error band: the standard deviation over seeds at each LR (diverged ones at l0)
+            sd = [statistics.stdev([v for v, _ in by_lr[x]]) if len(by_lr[x]) > 1 else 0.0 for x in xs]
+            ax.fill_between(xs, [y - e for y, e in zip(ys, sd)], [y + e for y, e in zip(ys, sd)],
+                            color=line.get_color(), alpha=0.2, linewidth=0)
         dx = [x for x in xs if any(d for _, d in by_lr[x])]
         dy = [l0 for _ in dx]
         if dx:

@@ -205,7 +205,12 @@ std::vector<VariantRow> summarize_variants(const std::vector<PointRow>& rows) {
     if (std::isfinite(l0)) v.init_loss = std::isfinite(v.init_loss) ? std::max(v.init_loss, l0) : l0;
     results[r.variant].push_back({r.lr, r.result_loss(), r.diverged});
   }
-  for (auto& v : out) v.lr = lr_sensitivity(results[v.variant], v.init_loss);
+  for (auto& v : out) {
+    v.lr = lr_sensitivity(results[v.variant], v.init_loss);
+    v.ci = bootstrap_lr_sensitivity(results[v.variant], v.init_loss);
+    std::map<double, size_t> per_lr;
+    for (const auto& r : results[v.variant]) v.seeds = std::max(v.seeds, ++per_lr[r.lr]);
+  }
   return out;
 }
 
@@ -213,7 +218,7 @@ std::string summary_csv(const std::vector<PointRow>& rows) {
   std::string out =
       "point,variant,lr,seed,status,steps,max_steps,final_loss,final_val_loss,best_val_loss,initial_loss,diverged,"
       "diverged_step,diverged_reason,spike_score_loss,spike_score_grad_norm,loss_spikes,grad_norm_spikes,"
-      "max_attn_logit_l0,tokens_per_s,time_s,attn_logit_unstable,attn_logit_unstable_step\n";
+      "max_attn_logit_l0,tokens_per_s,time_s,attn_logit_unstable,attn_logit_unstable_step,final_val_ppl\n";
   for (const auto& r : rows) {
     out += csv_field(r.name) + "," + csv_field(r.variant) + "," + strf("%g", r.lr) + "," + std::to_string(r.seed) + "," +
            r.status + "," + std::to_string(r.steps) + "," + std::to_string(r.max_steps) + "," + fmt(r.final_loss, "%.6g") +
@@ -223,7 +228,8 @@ std::string summary_csv(const std::vector<PointRow>& rows) {
            fmt(r.spike_score_grad, "%.6g") + "," + std::to_string(r.loss_spikes) + "," + std::to_string(r.grad_spikes) +
            "," + fmt(r.max_attn_logit_l0, "%.6g") + "," + fmt(r.tokens_per_s, "%.1f") + "," + fmt(r.time_s, "%.1f") +
            "," + (r.logit_unstable ? "true" : "false") + "," +
-           (r.logit_unstable_step >= 0 ? std::to_string(r.logit_unstable_step) : "") + "\n";
+           (r.logit_unstable_step >= 0 ? std::to_string(r.logit_unstable_step) : "") + "," +
+           fmt(std::exp(r.final_val_loss), "%.6g") + "\n";
   }
   return out;
 }
@@ -238,6 +244,54 @@ std::string variants_csv(const std::vector<VariantRow>& variants) {
 }
 
 namespace {
+
+std::string interval_text(const Interval& i, const char* format) {
+  return std::isfinite(i.lo) ? strf(format, i.lo) + "–" + strf(format, i.hi) : std::string("-");
+}
+
+std::string mean_sd_text(const MeanSd& m, const char* format) {
+  if (m.n == 0) return "-";
+  return strf(format, m.mean) + (std::isfinite(m.sd) ? " ± " + strf(format, m.sd) : std::string());
+}
+
+// The published form (Rybakov et al. 2024; Wortsman et al. 2023): one row per
+// condition and LR, divergence as a frequency with its Wilson interval, the
+// final loss and perplexity over the runs that did not diverge.
+std::string condition_markdown(const std::vector<PointRow>& rows, const std::vector<VariantRow>& variants) {
+  std::string m =
+      "## Divergence and final perplexity by condition and learning rate\n\n"
+      "Runs: finished points (seeds) at that LR. Loss diverged: k of N with its 95% Wilson interval, a run counting "
+      "as diverged as in the LR sensitivity (non-finite, exploding, or a final loss at or above ℓ₀). Final loss and "
+      "perplexity (exp of the final validation loss): mean ± standard deviation over the runs that did not diverge. "
+      "Logit-unstable runs are counted, not excluded.\n\n"
+      "| condition | LR | runs | loss diverged (95% interval) | logit-unstable | final val loss | final val PPL |\n"
+      "|---|---|---|---|---|---|---|\n";
+  for (const auto& v : variants) {
+    std::map<double, std::vector<const PointRow*>> by_lr;
+    for (const auto& r : rows)
+      if (r.variant == v.variant && r.finished()) by_lr[r.lr].push_back(&r);
+    for (const auto& [lr, runs] : by_lr) {
+      int64_t diverged = 0, unstable = 0;
+      std::vector<double> losses, ppl;
+      for (const auto* r : runs) {
+        unstable += r->logit_unstable;
+        if (r->loss_diverged(v.init_loss)) {
+          ++diverged;
+          continue;
+        }
+        losses.push_back(r->result_loss());
+        ppl.push_back(std::exp(r->result_loss()));
+      }
+      const int64_t n = static_cast<int64_t>(runs.size());
+      const Interval w = wilson_interval(diverged, n);
+      m += "| " + v.variant + " | " + lr_text(lr) + " | " + std::to_string(n) + " | " + std::to_string(diverged) + "/" +
+           std::to_string(n) + " runs (" + interval_text(w, "%.2f") + ") | " + std::to_string(unstable) + "/" +
+           std::to_string(n) + " | " + (losses.empty() ? std::string("diverged") : mean_sd_text(mean_sd(losses), "%.4f")) +
+           " | " + (ppl.empty() ? std::string("diverged") : mean_sd_text(mean_sd(ppl), "%.1f")) + " |\n";
+    }
+  }
+  return m + "\n";
+}
 
 std::string report_markdown(const nlohmann::json& manifest, const std::string& sweep_dir,
                             const std::vector<PointRow>& rows, const std::vector<VariantRow>& variants,
@@ -281,15 +335,23 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
        "ℓ₀) counts as ℓ₀; every other point counts with its real final loss, also when its attention logits passed "
        "`monitor.diverge_attn_logit` (logit-unstable: reported, not counted as divergence). Lower means less "
        "sensitive to the choice of LR. Read it with the loss-vs-LR plot.\n\n";
-  m += "| variant | finished | loss diverged | logit-unstable | ℓ₀ | best LR | best final loss ℓ* | LR sensitivity | "
-       "largest LR without divergence |\n|---|---|---|---|---|---|---|---|---|\n";
+  m += "With several seeds per LR the intervals are 95% percentile-bootstrap intervals (2000 replicates, the seeds "
+       "at each LR resampled with replacement; seeds: the most finished runs at one LR). With one seed there is no "
+       "interval, and the best LR and sensitivity may be decided by that seed alone.\n\n";
+  m += "| variant | finished | seeds | loss diverged | logit-unstable | ℓ₀ | best LR (95%) | best final loss ℓ* (PPL) | "
+       "LR sensitivity (95%) | largest LR without divergence |\n|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& v : variants) {
     size_t unstable = 0;
     for (const auto& r : rows) unstable += r.variant == v.variant && r.finished() && r.logit_unstable;
+    const std::string best_lr_ci = std::isfinite(v.ci.best_lr.lo)
+                                       ? " (" + lr_text(v.ci.best_lr.lo) + "–" + lr_text(v.ci.best_lr.hi) + ")" : "";
+    const std::string sens_ci = std::isfinite(v.ci.sensitivity.lo) ? " (" + interval_text(v.ci.sensitivity, "%.3f") + ")" : "";
     m += "| " + v.variant + " | " + std::to_string(v.finished) + "/" + std::to_string(v.points) + " | " +
-         std::to_string(v.lr.diverged) + " | " + std::to_string(unstable) + " | " + md_cell(v.init_loss, "%.3f") + " | " + lr_text(v.lr.best_lr) + " | " +
-         md_cell(v.lr.best_loss) + " | " + (std::isfinite(v.lr.sensitivity) ? strf("%.4f", v.lr.sensitivity) :
-                                       v.finished ? std::string("all diverged") : std::string("-")) +
+         std::to_string(v.seeds) + " | " + std::to_string(v.lr.diverged) + " | " + std::to_string(unstable) + " | " +
+         md_cell(v.init_loss, "%.3f") + " | " + lr_text(v.lr.best_lr) + best_lr_ci + " | " + md_cell(v.lr.best_loss) +
+         (std::isfinite(v.lr.best_loss) ? strf(" (%.1f)", std::exp(v.lr.best_loss)) : std::string()) + " | " +
+         (std::isfinite(v.lr.sensitivity) ? strf("%.4f", v.lr.sensitivity) + sens_ci
+                                          : v.finished ? std::string("all diverged") : std::string("-")) +
          " | " + lr_text(v.lr.max_stable_lr) + " |\n";
   }
   m += "\n";
@@ -306,6 +368,7 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
          "; " + (div.empty() ? std::string("no point diverged") : "diverged: " + joined(div)) + ".\n";
   }
   m += "\n";
+  m += condition_markdown(rows, variants);
 
   if (!plots.empty() || !plot_note.empty()) m += "## Plots\n\n";
   if (!plot_note.empty()) m += plot_note + "\n\n";
@@ -321,12 +384,14 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
   }
 
   m += "## Points\n\n";
-  m += "| point | variant | LR | status | steps | final val loss | best val loss | diverged (step: reason) | "
+  m += "| point | variant | LR | status | steps | final val loss (PPL) | best val loss | diverged (step: reason) | "
        "logit-unstable (step) | spike score loss / grad % | max L0 attn logit | tokens/s |\n"
        "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
     m += "| " + r.name + " | " + r.variant + " | " + lr_text(r.lr) + " | " + r.status + " | " + std::to_string(r.steps) +
-         "/" + std::to_string(r.max_steps) + " | " + md_cell(r.final_val_loss) + " | " + md_cell(r.best_val_loss) + " | " +
+         "/" + std::to_string(r.max_steps) + " | " + md_cell(r.final_val_loss) +
+         (std::isfinite(r.final_val_loss) ? strf(" (%.1f)", std::exp(r.final_val_loss)) : std::string()) + " | " +
+         md_cell(r.best_val_loss) + " | " +
          (r.diverged ? std::to_string(r.diverged_step) + ": " + r.diverged_reason : std::string("-")) + " | " +
          (r.logit_unstable ? "yes (" + std::to_string(r.logit_unstable_step) + ")" : std::string("-")) + " | " +
          md_cell(r.spike_score_loss, "%.2f") + " / " + md_cell(r.spike_score_grad, "%.2f") + " | " + md_cell(r.max_attn_logit_l0, "%.1f") +

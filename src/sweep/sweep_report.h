@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sweep/lr_sensitivity.h"
+#include "sweep/study_stats.h"
 
 namespace keel {
 
@@ -47,6 +48,11 @@ struct PointRow {
   }
   // The loss the LR sensitivity uses: final validation loss, else final training loss.
   double result_loss() const { return std::isfinite(final_val_loss) ? final_val_loss : final_loss; }
+  // What the LR sensitivity counts as diverged: the loss diverged, or the
+  // run ended without a finite loss below l0 (ln(vocab)).
+  bool loss_diverged(double l0) const {
+    return diverged || !std::isfinite(result_loss()) || (std::isfinite(l0) && result_loss() >= l0);
+  }
 };
 
 struct VariantRow {
@@ -54,6 +60,8 @@ struct VariantRow {
   size_t points = 0, finished = 0;
   double init_loss = NAN;  // l0
   LrSensitivity lr;
+  SensitivityIntervals ci{{NAN, NAN}, {NAN, NAN}, 0};  // bootstrap over seeds (several finished runs per LR)
+  size_t seeds = 0;                                  // most finished runs at one LR
 };
 
 std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann::json& manifest);

@@ -467,6 +467,8 @@ void Trainer::write_summary(const std::string& stopped_by) {
                       {"initial_loss", metrics_->initial_loss()},
                       {"final_val_loss", evaluator_->last()},
                       {"best_val_loss", std::isfinite(best) ? best : NAN},
+                      {"final_val_ppl", std::exp(evaluator_->last())},  // NaN (null) without evaluation
+                      {"best_val_ppl", std::isfinite(best) ? std::exp(best) : NAN},
                       {"tokens_per_s", metrics_->mean_tokens_per_s()},
                       {"nonfinite_steps", nonfinite_seen_},
                       {"parameters", parts_.size.total},

@@ -4,6 +4,8 @@
 // the sweep resumably, and the report (CSV, LR sensitivity, markdown, plots)
 // builds.
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -114,7 +116,7 @@ TEST_F(SweepCli, TinyGridRunsAndTheReportBuilds) {
   EXPECT_EQ(count_lines(sens), 3u) << sens;
   EXPECT_NE(sens.find("\nnone,2,2,0,"), std::string::npos) << sens;
   const std::string md = read_file(out("e2e") + "/report.md");
-  for (const char* s : {"## Learning-rate sensitivity per variant", "| rms | 2/2 | 0 |", "![loss_vs_lr](plots/loss_vs_lr.png)",
+  for (const char* s : {"## Learning-rate sensitivity per variant", "| rms | 2/2 | 1 | 0 |", "![loss_vs_lr](plots/loss_vs_lr.png)",
                         "![attn_logit](plots/attn_logit.png)", "![grad_norm](plots/grad_norm.png)",
                         "![loss_curves](plots/loss_curves.png)", "| none_lr=1e-2 | none | 0.01 | completed | 6/6 |",
                         "--parallel 2"})
@@ -135,6 +137,30 @@ TEST_F(SweepCli, TinyGridRunsAndTheReportBuilds) {
   EXPECT_EQ(run_keel("report " + out("e2e") + " --out " + g_dir + "/report2 --python /nonexistent/python", &log), 1)
       << log;
   EXPECT_NE(read_file(g_dir + "/report2/report.md").find("Plots not drawn"), std::string::npos);
+}
+
+// Seeds (issue 17, section 2): divergence as k/N with a Wilson interval, loss
+// and perplexity as mean ± sd, bootstrap intervals over seeds, and the plot's
+// error band.
+TEST_F(SweepCli, SeedsGiveFrequenciesIntervalsAndBands) {
+  const std::string path = g_dir + "/seeds.yaml";
+  write_file(path, "base: base.yaml\nout_dir: " + out("seeds") + "\nset: {train.eval_every: 3}\n"
+                   "grid:\n  train.lr: [1e-3, 1e-2]\nseeds: [1, 2]\n");
+  std::string log;
+  ASSERT_EQ(run_keel("sweep " + path + " --parallel 2", &log), 0) << log;
+  ASSERT_EQ(run_keel("report " + out("seeds"), &log), 0) << log;
+  const std::string md = read_file(out("seeds") + "/report.md");
+  for (const char* s : {"## Divergence and final perplexity by condition and learning rate",
+                        "| all | 0.001 | 2 | 0/2 runs (0.00–0.66) | 0/2 | ", "| all | 4/4 | 2 | 0 | 0 |",
+                        "bootstrap"})
+    EXPECT_NE(md.find(s), std::string::npos) << s << "\n" << md;
+  // Mean ± sd of two seeds' perplexities in the condition table.
+  EXPECT_NE(md.find(" ± "), std::string::npos) << md;
+  const std::string csv = read_file(out("seeds") + "/summary.csv");
+  EXPECT_NE(csv.find(",final_val_ppl\n"), std::string::npos) << csv;
+  auto summary = read_json(out("seeds") + "/lr=1e-2_seed=2/summary.json");
+  EXPECT_NEAR(summary["final_val_ppl"].get<double>(), std::exp(summary["final_val_loss"].get<double>()), 1e-6);
+  EXPECT_TRUE(keel::path_exists(out("seeds") + "/plots/loss_vs_lr.png"));
 }
 
 TEST_F(SweepCli, RerunSkipsFinishedPointsAndResumesInterruptedOnes) {
@@ -237,7 +263,7 @@ TEST_F(SweepCli, DivergedPointsStopAndCountAsInitialLoss) {
   const std::string csv = read_file(out("nan") + "/summary.csv");
   EXPECT_NE(csv.find("lr=1e-3,all,0.001,1337,nonfinite,3,6,"), std::string::npos) << csv;
   EXPECT_NE(csv.find(",true,3,non-finite loss or gradient"), std::string::npos) << csv;
-  EXPECT_NE(read_file(out("nan") + "/report.md").find("| all | 2/2 | 2 |"), std::string::npos);
+  EXPECT_NE(read_file(out("nan") + "/report.md").find("| all | 2/2 | 1 | 2 |"), std::string::npos);
   EXPECT_NE(read_file(out("nan") + "/report.md").find("all diverged"), std::string::npos);
 }
 
