@@ -43,7 +43,7 @@ point; see docs/sweeps.md) are in `sweeps/`:
 | `sweeps/qknorm-lr-cpu.yaml` | QK-Norm none / RMS per head / RMS per projection / L2 × 5 peak LRs (3e-3 … 3e-1) on the default model, 200 steps each; 2 CPU cores, about 15 minutes on an idle machine |
 | `sweeps/stabilisers-lr-cpu.yaml` | none / QK-Norm / QKV-norm / softcap 50 / QK-Norm + softcap 50 / clamp 50 / QK-clip τ 100 / σReparam × the same 5 LRs and settings; 40 points, 14.3 minutes on 2 cores ([result](../docs/results/stabilisers-lr-cpu/report.md)) |
 | `sweeps/stabilisers-lr-cpu-wide.yaml` | the same with 3e-4 and 1e-3 added below the grid (56 points; reuses the 40 above when copied in) ([result](../docs/results/stabilisers-lr-cpu-wide/report.md)) |
-| `sweeps/qknorm-seeds-cpu.yaml` | QK-Norm none / RMS per head × LR 0.1, 0.3, 1 × 8 seeds (48 points, the qknorm-lr-cpu settings): divergence frequencies with Wilson intervals, bootstrap intervals over seeds |
+| `sweeps/qknorm-seeds-cpu.yaml` | QK-Norm none / RMS per head × LR 0.1, 0.3, 1 × 8 seeds (48 points, the qknorm-lr-cpu settings): divergence frequencies with Wilson intervals, bootstrap intervals over seeds; 18.9 min on 2 cores ([result](../docs/results/qknorm-seeds-cpu/report.md)) |
 | `sweeps/qknorm-lr-gpu.yaml` | the same grid on a 64M-parameter Wortsman-style model (LayerNorm, GeLU, untied head), bf16, one GPU |
 
 ## Where the variants come from
