@@ -342,8 +342,8 @@ void Trainer::apply_qk_clip() {
 
 // Faults planted by the tests (util/fault_inject.h): a loss spike or a
 // non-finite loss at one step.
-void Trainer::inject_loss_faults(int64_t data_step, LossParts& loss) const {
-  const int64_t step = data_step;  // the batch's step; the training step unless batches were skipped
+// `step` is the batch's (1-based data step): the training step unless batches were skipped.
+void Trainer::inject_loss_faults(int64_t step, LossParts& loss) const {
   if (step == faults_.loss_x10_at_step) {
     loss.total = loss.total * 10.0;
     loss.ce = loss.ce * 10.0;

@@ -65,7 +65,7 @@ class Trainer {
   nlohmann::json per_layer_grad_norms();
   void measure_update(const std::vector<torch::Tensor>& before, StepReport& report);
   void apply_qk_clip();
-  void inject_loss_faults(int64_t data_step, LossParts& loss) const;
+  void inject_loss_faults(int64_t step, LossParts& loss) const;
   // monitor.on_spike: rewind (trainer_rewind.cpp): the first spike of these
   // events every rank agrees to rewind for, or nullopt.
   std::optional<int64_t> spike_to_rewind(const std::vector<SpikeEvent>& events);
