@@ -14,6 +14,18 @@ metrics.jsonl and spikes.jsonl; writes OUT_DIR/plots/:
   attn_logit    layer-0 maximum attention logit per variant (log y) with
                 the divergence threshold
   grad_norm     gradient norm per variant (log y), detected spikes marked
+  output_logit  largest output logit and mean log Z per variant (when the
+                runs logged output-logit statistics)
+
+With a model-size axis (`sizes:` in the sweep file; Wortsman et al. 2023,
+Fig. 1) also:
+
+  loss_vs_lr_by_size        final loss against LR, one panel per condition,
+                            one line per size
+  lr_sensitivity_vs_params  LR sensitivity against non-embedding parameters
+                            (log x), one line per condition, bootstrap bars
+  attn_logit_vs_params      largest layer-0 attention logit against
+                            non-embedding parameters, one panel per LR
 """
 import csv
 import json
@@ -72,6 +84,124 @@ def variant_grid(n):
     return fig, list(axes.flat[:n])
 
 
+def draw_loss_vs_lr(ax, rows, l0, label, colour):
+    """One line of final loss against LR: the mean over seeds with a band of
+    one standard deviation, diverged points counted at l0 and marked x."""
+    by_lr = {}
+    for r in rows:
+        if r["status"] not in ("completed", "diverged", "nonfinite", "logit_unstable"):
+            continue
+        loss = number(r["final_val_loss"])
+        if not math.isfinite(loss):
+            loss = number(r["final_loss"])
+        diverged = r["diverged"] == "true" or not math.isfinite(loss)
+        value = l0 if diverged else (min(loss, l0) if math.isfinite(l0) else loss)
+        by_lr.setdefault(number(r["lr"]), []).append((value, diverged))
+    xs = sorted(by_lr)
+    if not xs:
+        return
+    ys = [sum(v for v, _ in by_lr[x]) / len(by_lr[x]) for x in xs]
+    seeds = max(len(v) for v in by_lr.values())
+    line, = ax.plot(xs, ys, "o-", label=label + (f" (mean of {seeds} seeds ± sd)" if seeds > 1 else ""),
+                    color=colour, markersize=4)
+    if seeds > 1:  # error band: the standard deviation over seeds at each LR (diverged ones at l0)
+        sd = [statistics.stdev([v for v, _ in by_lr[x]]) if len(by_lr[x]) > 1 else 0.0 for x in xs]
+        ax.fill_between(xs, [y - e for y, e in zip(ys, sd)], [y + e for y, e in zip(ys, sd)],
+                        color=line.get_color(), alpha=0.2, linewidth=0)
+    dx = [x for x in xs if any(d for _, d in by_lr[x])]
+    if dx:
+        ax.plot(dx, [l0 for _ in dx], "x", color=line.get_color(), markersize=10, markeredgewidth=2)
+
+
+def finish_loss_vs_lr(ax, top, title):
+    if top:
+        ax.axhline(max(top), color="grey", linestyle="--", linewidth=0.8, label="ℓ₀ (init); × = diverged")
+    ax.set_xscale("log")
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel("final validation loss")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def median(values):
+    values = [v for v in values if math.isfinite(v)]
+    return statistics.median(values) if values else math.nan
+
+
+def size_plots(rows, sens, init, attn_threshold, plots):
+    """Wortsman et al. (2023), Fig. 1: the model-size axis."""
+    conditions = list(dict.fromkeys(r["condition"] for r in rows))
+    sizes = list(dict.fromkeys(r["size"] for r in rows))
+    size_colour = {s: plt.get_cmap("plasma")(0.85 * i / max(1, len(sizes) - 1)) for i, s in enumerate(sizes)}
+    params = {}  # size -> non-embedding parameters
+    for r in rows:
+        n = number(r.get("non_embedding_parameters"))
+        if math.isfinite(n):
+            params[r["size"]] = n
+    top = [v for v in init.values() if math.isfinite(v)]
+
+    fig, axes = variant_grid(len(conditions))
+    for ax, condition in zip(axes, conditions):
+        for size in sizes:
+            variant_rows = [r for r in rows if r["condition"] == condition and r["size"] == size]
+            if variant_rows:
+                n = params.get(size)
+                label = f"{size} ({n / 1e6:.2f}M)" if n else size
+                draw_loss_vs_lr(ax, variant_rows, init.get(variant_rows[0]["variant"], math.nan), label,
+                                size_colour[size])
+        finish_loss_vs_lr(ax, top, condition)
+        ax.legend(fontsize=7)
+    fig.suptitle("final loss vs LR per model size")
+    save(fig, plots, "loss_vs_lr_by_size")
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    for i, condition in enumerate(conditions):
+        pts = sorted((number(v["non_embedding_parameters"]), number(v["lr_sensitivity"]), number(v["lr_sensitivity_lo"]),
+                      number(v["lr_sensitivity_hi"])) for v in sens if v["condition"] == condition)
+        pts = [p for p in pts if math.isfinite(p[0]) and math.isfinite(p[1])]
+        if not pts:
+            continue
+        xs, ys, lo, hi = zip(*pts)
+        ax.plot(xs, ys, "o-", color=f"C{i}", label=condition, markersize=5)
+        bars = [(x, y, l, h) for x, y, l, h in pts if math.isfinite(l) and math.isfinite(h)]
+        if bars:
+            bx, by, bl, bh = zip(*bars)
+            ax.errorbar(bx, by, yerr=[[y - l for y, l in zip(by, bl)], [h - y for y, h in zip(by, bh)]], fmt="none",
+                        ecolor=f"C{i}", capsize=3)
+    ax.set_xscale("log")
+    ax.set_xlabel("non-embedding parameters")
+    ax.set_ylabel("LR sensitivity")
+    ax.set_title("LR sensitivity vs model size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    save(fig, plots, "lr_sensitivity_vs_params")
+
+    lrs = sorted({number(r["lr"]) for r in rows if math.isfinite(number(r["lr"]))})
+    fig, axes = variant_grid(len(lrs))
+    for ax, lr in zip(axes, lrs):
+        for i, condition in enumerate(conditions):
+            pts = []
+            for size in sizes:
+                values = [number(r["max_attn_logit_l0"]) for r in rows
+                          if r["condition"] == condition and r["size"] == size and number(r["lr"]) == lr]
+                if size in params and math.isfinite(median(values)):
+                    pts.append((params[size], median(values)))
+            if pts:
+                ax.plot(*zip(*sorted(pts)), "o-", color=f"C{i}", label=condition, markersize=4)
+        if math.isfinite(attn_threshold):
+            ax.axhline(attn_threshold, color="red", linestyle="--", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"LR {lr:g}")
+        ax.set_xlabel("non-embedding parameters")
+        ax.set_ylabel("max layer-0 attention logit")
+        ax.grid(True, which="both", alpha=0.3)
+    if axes:
+        axes[0].legend(fontsize=7)
+    fig.suptitle("layer-0 attention logit vs model size")
+    save(fig, plots, "attn_logit_vs_params")
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -95,37 +225,9 @@ def main():
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
     top = [v for v in init.values() if math.isfinite(v)]
     for i, variant in enumerate(variants):
-        pts = [r for r in rows if r["variant"] == variant and r["status"] in ("completed", "diverged", "nonfinite")]
-        l0 = init.get(variant, math.nan)
-        by_lr = {}
-        for r in pts:
-            lr = number(r["lr"])
-            loss = number(r["final_val_loss"])
-            if not math.isfinite(loss):
-                loss = number(r["final_loss"])
-            diverged = r["diverged"] == "true" or not math.isfinite(loss)
-            value = l0 if diverged else (min(loss, l0) if math.isfinite(l0) else loss)
-            by_lr.setdefault(lr, []).append((value, diverged))
-        xs = sorted(by_lr)
-        ys = [sum(v for v, _ in by_lr[x]) / len(by_lr[x]) for x in xs]
-        seeds = max((len(v) for v in by_lr.values()), default=1)
-        label = variant + (f" (mean of {seeds} seeds ± sd)" if seeds > 1 else "")
-        line, = ax.plot(xs, ys, "o-", label=label, color=f"C{i}", markersize=4)
-        if seeds > 1:  # error band: the standard deviation over seeds at each LR (diverged ones at l0)
-            sd = [statistics.stdev([v for v, _ in by_lr[x]]) if len(by_lr[x]) > 1 else 0.0 for x in xs]
-            ax.fill_between(xs, [y - e for y, e in zip(ys, sd)], [y + e for y, e in zip(ys, sd)],
-                            color=line.get_color(), alpha=0.2, linewidth=0)
-        dx = [x for x in xs if any(d for _, d in by_lr[x])]
-        dy = [l0 for _ in dx]
-        if dx:
-            ax.plot(dx, dy, "x", color=line.get_color(), markersize=10, markeredgewidth=2)
-    if top:
-        ax.axhline(max(top), color="grey", linestyle="--", linewidth=0.8, label="ℓ₀ (init); × = diverged")
-    ax.set_xscale("log")
-    ax.set_xlabel("peak learning rate")
-    ax.set_ylabel("final validation loss")
-    ax.set_title(f"{manifest.get('name', '')}: final loss vs LR")
-    ax.grid(True, which="both", alpha=0.3)
+        draw_loss_vs_lr(ax, [r for r in rows if r["variant"] == variant], init.get(variant, math.nan), variant,
+                        f"C{i}")
+    finish_loss_vs_lr(ax, top, f"{manifest.get('name', '')}: final loss vs LR")
     ax.legend(fontsize=8)
     save(fig, plots, "loss_vs_lr")
 
@@ -186,6 +288,36 @@ def main():
     per_variant("attn_logit", "layer-0 max attention logit (dashed: divergence threshold)", draw_attn,
                 "max |logit|", logy=True, hline=attn_threshold)
     per_variant("grad_norm", "gradient norm (red: detected spikes)", draw_grad, "grad norm", logy=True)
+
+    # Output logits (Wortsman et al. 2023, section 3.2): their largest value and
+    # log Z drift without weight decay or z-loss.
+    if any(x.get("output") for _, recs, _ in curves.values() for x in recs):
+        fig, axes = plt.subplots(2, len(variants), figsize=(3.6 * len(variants), 5.6), squeeze=False, sharex=True,
+                                 sharey="row", layout="constrained")
+        for col, variant in enumerate(variants):
+            for point, (r, recs, spikes) in curves.items():
+                if r["variant"] != variant:
+                    continue
+                for row, key in enumerate(("max_logit", "mean_log_z")):
+                    pts = [(x["step"], x["output"][key]) for x in recs
+                           if isinstance(x.get("output"), dict) and isinstance(x["output"].get(key), (int, float))]
+                    if pts:
+                        axes[row][col].plot(*zip(*pts), color=colour(number(r["lr"])), linewidth=1)
+            axes[0][col].set_title(variant)
+            axes[1][col].set_xlabel("step")
+            for row in range(2):
+                axes[row][col].grid(True, alpha=0.3)
+        axes[0][0].set_ylabel("largest |output logit|")
+        axes[1][0].set_ylabel("mean log Z")
+        if norm:
+            sm = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
+            fig.colorbar(sm, ax=axes, label="peak LR", aspect=30)
+        fig.suptitle("output logits")
+        save(fig, plots, "output_logit")
+
+    if any(r.get("size") for r in rows):
+        sens = list(csv.DictReader((out_dir / "lr_sensitivity.csv").open()))
+        size_plots(rows, sens, init, attn_threshold, plots)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,14 @@ void StabilityMonitor::check_loss_divergence(int64_t step, double loss) {
 
 void StabilityMonitor::observe_model_stats(int64_t step, const nlohmann::json& stats) {
   const auto& attn = stats.at("attn");
-  if (stats.contains("output") && stats["output"].contains("z_loss")) final_z_ = stats["output"]["z_loss"].get<double>();
+  if (stats.contains("output")) {
+    // Output-logit drift (Wortsman et al. 2023, section 3.2), as the run ended.
+    const auto& out = stats["output"];
+    auto value = [&](const char* key) { return out.contains(key) && out[key].is_number() ? out[key].get<double>() : NAN; };
+    final_z_ = value("z_loss");
+    final_log_z_ = value("mean_log_z");
+    final_output_max_ = value("max_logit");
+  }
   max_attn_logit_.resize(std::max(max_attn_logit_.size(), attn.size()), 0.0);
   double best = -1;
   for (size_t i = 0; i < attn.size(); ++i) {
@@ -105,7 +112,10 @@ nlohmann::json StabilityMonitor::summary() const {
           {"spikes", {{"loss", loss_spikes_.spikes()}, {"grad_norm", grad_spikes_.spikes()}}},
           {"spike_score_percent", {{"loss", loss_score_.score_percent()}, {"grad_norm", grad_score_.score_percent()}}},
           {"max_attn_logit_per_layer", max_attn_logit_},
-          {"final_z_loss", std::isfinite(final_z_) ? nlohmann::json(final_z_) : nlohmann::json()}};
+          {"final_z_loss", std::isfinite(final_z_) ? nlohmann::json(final_z_) : nlohmann::json()},
+          {"final_mean_log_z", std::isfinite(final_log_z_) ? nlohmann::json(final_log_z_) : nlohmann::json()},
+          {"final_max_output_logit",
+           std::isfinite(final_output_max_) ? nlohmann::json(final_output_max_) : nlohmann::json()}};
 }
 
 nlohmann::json StabilityMonitor::state() const {
@@ -121,7 +131,10 @@ nlohmann::json StabilityMonitor::state() const {
           {"logit_unstable_value", std::isfinite(logit_unstable_value_) ? nlohmann::json(logit_unstable_value_)
                                                                          : nlohmann::json()},
           {"max_attn_logit_per_layer", max_attn_logit_},
-          {"final_z_loss", std::isfinite(final_z_) ? nlohmann::json(final_z_) : nlohmann::json()}};
+          {"final_z_loss", std::isfinite(final_z_) ? nlohmann::json(final_z_) : nlohmann::json()},
+          {"final_mean_log_z", std::isfinite(final_log_z_) ? nlohmann::json(final_log_z_) : nlohmann::json()},
+          {"final_max_output_logit",
+           std::isfinite(final_output_max_) ? nlohmann::json(final_output_max_) : nlohmann::json()}};
 }
 
 void StabilityMonitor::load_state(const nlohmann::json& s) {
@@ -146,6 +159,9 @@ void StabilityMonitor::load_state(const nlohmann::json& s) {
   // Checkpoints before these moved here kept the maxima beside the state.
   if (s.contains("max_attn_logit_per_layer")) max_attn_logit_ = s["max_attn_logit_per_layer"].get<std::vector<double>>();
   if (s.contains("final_z_loss") && s["final_z_loss"].is_number()) final_z_ = s["final_z_loss"].get<double>();
+  if (s.contains("final_mean_log_z") && s["final_mean_log_z"].is_number()) final_log_z_ = s["final_mean_log_z"].get<double>();
+  if (s.contains("final_max_output_logit") && s["final_max_output_logit"].is_number())
+    final_output_max_ = s["final_max_output_logit"].get<double>();
 }
 
 }  // namespace keel

@@ -63,6 +63,8 @@ class StabilityMonitor {
   std::optional<int64_t> top_attn_layer_;
   std::vector<double> max_attn_logit_;  // per layer, over the run's monitor steps
   double final_z_ = NAN;                // z-loss of the output logits at the last monitor step
+  double final_log_z_ = NAN;            // mean log Z of the output logits, same step
+  double final_output_max_ = NAN;       // largest |output logit|, same step
   int64_t diverged_step_ = -1;
   std::string diverged_reason_;
   int64_t logit_unstable_step_ = -1;

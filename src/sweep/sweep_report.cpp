@@ -14,6 +14,7 @@
 #include "train/run_dir.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/text.h"
 
 extern char** environ;
 
@@ -35,6 +36,9 @@ std::string csv_field(const std::string& s) {
 }
 
 std::string lr_text(double lr) { return std::isfinite(lr) ? strf("%g", lr) : "-"; }
+
+// A parameter count for the CSVs: empty when not known (0).
+std::string count_text(int64_t n) { return n > 0 ? std::to_string(n) : ""; }
 
 std::vector<std::string> plot_candidates(const std::string& relative) {
   std::vector<std::string> out;
@@ -127,10 +131,12 @@ std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann:
     r.max_steps = p.value("max_steps", int64_t{0});
     const FlatConfig config = manifest_point_config(manifest, r.name);
     if (config.count("model.vocab_size")) r.vocab_size = std::stoll(config.at("model.vocab_size"));
+    const auto& labels = p.at("labels");
+    r.condition = labels.contains("variant") ? labels["variant"].get<std::string>() : "all";
+    if (labels.contains("size")) r.size = labels["size"].get<std::string>();
     for (const auto& axis : manifest.at("axes")) {
       const std::string key = axis.at("key");
       if (key == "train.lr" || key == "run.seed") continue;
-      const auto& labels = p.at("labels");
       const std::string short_name = axis.value("short", std::string());
       if (labels.contains(key))
         r.variant += (r.variant.empty() ? "" : "_") + (short_name.empty() ? "" : short_name + "=") +
@@ -178,6 +184,10 @@ void read_run_summary(const std::string& run_dir, PointRow& r) {
       if (s.contains("max_attn_logit_per_layer") && s["max_attn_logit_per_layer"].is_array() &&
           !s["max_attn_logit_per_layer"].empty() && s["max_attn_logit_per_layer"][0].is_number())
         r.max_attn_logit_l0 = s["max_attn_logit_per_layer"][0].get<double>();
+      r.final_mean_log_z = num(s, "final_mean_log_z");
+      r.final_max_output_logit = num(s, "final_max_output_logit");
+      r.parameters = s.value("parameters", int64_t{0});
+      r.non_embedding_parameters = s.value("non_embedding_parameters", int64_t{0});
       r.tokens_per_s = num(s, "tokens_per_s");
       r.time_s = num(s, "time_s");
     }
@@ -191,9 +201,14 @@ std::vector<VariantRow> summarize_variants(const std::vector<PointRow>& rows) {
   for (const auto& r : rows) {
     if (!index.count(r.variant)) {
       index[r.variant] = out.size();
-      out.push_back({r.variant, 0, 0, NAN, {}});
+      VariantRow row;
+      row.variant = r.variant;
+      row.condition = r.condition;
+      row.size = r.size;
+      out.push_back(row);
     }
     auto& v = out[index[r.variant]];
+    v.non_embedding_parameters = std::max(v.non_embedding_parameters, r.non_embedding_parameters);
     ++v.points;
     if (!r.finished()) continue;
     ++v.finished;
@@ -218,7 +233,8 @@ std::string summary_csv(const std::vector<PointRow>& rows) {
   std::string out =
       "point,variant,lr,seed,status,steps,max_steps,final_loss,final_val_loss,best_val_loss,initial_loss,diverged,"
       "diverged_step,diverged_reason,spike_score_loss,spike_score_grad_norm,loss_spikes,grad_norm_spikes,"
-      "max_attn_logit_l0,tokens_per_s,time_s,attn_logit_unstable,attn_logit_unstable_step,final_val_ppl\n";
+      "max_attn_logit_l0,tokens_per_s,time_s,attn_logit_unstable,attn_logit_unstable_step,final_val_ppl,condition,size,"
+      "parameters,non_embedding_parameters,final_mean_log_z,final_max_output_logit\n";
   for (const auto& r : rows) {
     out += csv_field(r.name) + "," + csv_field(r.variant) + "," + strf("%g", r.lr) + "," + std::to_string(r.seed) + "," +
            r.status + "," + std::to_string(r.steps) + "," + std::to_string(r.max_steps) + "," + fmt(r.final_loss, "%.6g") +
@@ -229,17 +245,23 @@ std::string summary_csv(const std::vector<PointRow>& rows) {
            "," + fmt(r.max_attn_logit_l0, "%.6g") + "," + fmt(r.tokens_per_s, "%.1f") + "," + fmt(r.time_s, "%.1f") +
            "," + (r.logit_unstable ? "true" : "false") + "," +
            (r.logit_unstable_step >= 0 ? std::to_string(r.logit_unstable_step) : "") + "," +
-           fmt(std::exp(r.final_val_loss), "%.6g") + "\n";
+           fmt(std::exp(r.final_val_loss), "%.6g") + "," + csv_field(r.condition) + "," + csv_field(r.size) + "," +
+           count_text(r.parameters) + "," + count_text(r.non_embedding_parameters) + "," +
+           fmt(r.final_mean_log_z, "%.6g") + "," + fmt(r.final_max_output_logit, "%.6g") + "\n";
   }
   return out;
 }
 
 std::string variants_csv(const std::vector<VariantRow>& variants) {
-  std::string out = "variant,points,finished,diverged,init_loss,best_loss,best_lr,lr_sensitivity,max_stable_lr\n";
+  std::string out =
+      "variant,points,finished,diverged,init_loss,best_loss,best_lr,lr_sensitivity,max_stable_lr,condition,size,"
+      "non_embedding_parameters,lr_sensitivity_lo,lr_sensitivity_hi\n";
   for (const auto& v : variants)
     out += csv_field(v.variant) + "," + std::to_string(v.points) + "," + std::to_string(v.finished) + "," +
            std::to_string(v.lr.diverged) + "," + fmt(v.init_loss, "%.6g") + "," + fmt(v.lr.best_loss, "%.6g") + "," +
-           fmt(v.lr.best_lr, "%g") + "," + fmt(v.lr.sensitivity, "%.6g") + "," + fmt(v.lr.max_stable_lr, "%g") + "\n";
+           fmt(v.lr.best_lr, "%g") + "," + fmt(v.lr.sensitivity, "%.6g") + "," + fmt(v.lr.max_stable_lr, "%g") + "," +
+           csv_field(v.condition) + "," + csv_field(v.size) + "," + count_text(v.non_embedding_parameters) + "," +
+           fmt(v.ci.sensitivity.lo, "%.6g") + "," + fmt(v.ci.sensitivity.hi, "%.6g") + "\n";
   return out;
 }
 
@@ -289,6 +311,83 @@ std::string condition_markdown(const std::vector<PointRow>& rows, const std::vec
            std::to_string(n) + " | " + (losses.empty() ? std::string("diverged") : mean_sd_text(mean_sd(losses), "%.4f")) +
            " | " + (ppl.empty() ? std::string("diverged") : mean_sd_text(mean_sd(ppl), "%.1f")) + " |\n";
     }
+  }
+  return m + "\n";
+}
+
+// Output-logit drift (Wortsman et al. 2023, section 3.2) per condition and
+// LR, at each run's last monitor step: the mean log Z (z-loss pulls it to 0;
+// without z-loss or weight decay it drifts) and the largest output logit.
+std::string output_markdown(const std::vector<PointRow>& rows, const std::vector<VariantRow>& variants) {
+  std::string m =
+      "## Output logits\n\n"
+      "At each run's last monitor step (mean ± sd over the seeds): the mean over tokens of log Z, the log of the "
+      "softmax normaliser, which z-loss pulls towards 0 and which drifts without z-loss or weight decay (Wortsman et "
+      "al. 2023, §3.2); and the largest |output logit|. Diverged runs are included.\n\n"
+      "| condition | LR | runs | final mean log Z | final largest output logit |\n|---|---|---|---|---|\n";
+  for (const auto& v : variants) {
+    std::map<double, std::pair<std::vector<double>, std::vector<double>>> by_lr;
+    for (const auto& r : rows)
+      if (r.variant == v.variant && r.finished() && std::isfinite(r.final_mean_log_z)) {
+        by_lr[r.lr].first.push_back(r.final_mean_log_z);
+        if (std::isfinite(r.final_max_output_logit)) by_lr[r.lr].second.push_back(r.final_max_output_logit);
+      }
+    for (const auto& [lr, values] : by_lr)
+      m += "| " + v.variant + " | " + lr_text(lr) + " | " + std::to_string(values.first.size()) + " | " +
+           mean_sd_text(mean_sd(values.first), "%.3f") + " | " + mean_sd_text(mean_sd(values.second), "%.2f") + " |\n";
+  }
+  return m + "\n";
+}
+
+// The model-size axis in the form of Wortsman et al. (2023), Fig. 1: per
+// condition and size, the non-embedding parameter count against the LR
+// sensitivity and the layer-0 attention logit at each LR.
+std::string size_markdown(const std::vector<PointRow>& rows, const std::vector<VariantRow>& variants) {
+  std::string m =
+      "## Model size\n\n"
+      "Wortsman et al. (2023), Fig. 1: how the LR sensitivity and the attention logits change with model size, per "
+      "condition. Parameters: non-embedding (every trainable parameter but the token embedding and an untied output "
+      "head). Intervals as in the LR-sensitivity table.\n\n"
+      "| condition | size | non-embedding parameters | finished | loss diverged | best LR (95%) | ℓ* (PPL) | "
+      "LR sensitivity (95%) | largest LR without divergence |\n|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& v : variants) {
+    const std::string best_lr_ci =
+        std::isfinite(v.ci.best_lr.lo) ? " (" + lr_text(v.ci.best_lr.lo) + "–" + lr_text(v.ci.best_lr.hi) + ")" : "";
+    const std::string sens_ci = std::isfinite(v.ci.sensitivity.lo) ? " (" + interval_text(v.ci.sensitivity, "%.3f") + ")" : "";
+    m += "| " + v.condition + " | " + (v.size.empty() ? "-" : v.size) + " | " +
+         (v.non_embedding_parameters > 0 ? si(static_cast<double>(v.non_embedding_parameters)) : std::string("-")) +
+         " | " + std::to_string(v.finished) + "/" + std::to_string(v.points) + " | " + std::to_string(v.lr.diverged) +
+         " | " + lr_text(v.lr.best_lr) + best_lr_ci + " | " + md_cell(v.lr.best_loss) +
+         (std::isfinite(v.lr.best_loss) ? strf(" (%.1f)", std::exp(v.lr.best_loss)) : std::string()) + " | " +
+         (std::isfinite(v.lr.sensitivity) ? strf("%.4f", v.lr.sensitivity) + sens_ci
+                                          : v.finished ? std::string("all diverged") : std::string("-")) +
+         " | " + lr_text(v.lr.max_stable_lr) + " |\n";
+  }
+  // The layer-0 attention logit: the largest over each run, the median over seeds.
+  std::vector<double> lrs;
+  for (const auto& r : rows)
+    if (r.finished() && std::find(lrs.begin(), lrs.end(), r.lr) == lrs.end()) lrs.push_back(r.lr);
+  std::sort(lrs.begin(), lrs.end());
+  m += "\nLargest layer-0 attention logit over the run (the median over seeds), per condition and size, at each "
+       "peak LR:\n\n| condition | size |";
+  for (double lr : lrs) m += " LR " + lr_text(lr) + " |";
+  m += "\n|---|---|";
+  for (size_t i = 0; i < lrs.size(); ++i) m += "---|";
+  m += "\n";
+  for (const auto& v : variants) {
+    m += "| " + v.condition + " | " + (v.size.empty() ? "-" : v.size) + " |";
+    for (double lr : lrs) {
+      std::vector<double> values;
+      for (const auto& r : rows)
+        if (r.variant == v.variant && r.finished() && r.lr == lr && std::isfinite(r.max_attn_logit_l0))
+          values.push_back(r.max_attn_logit_l0);
+      std::sort(values.begin(), values.end());
+      const double median = values.empty() ? NAN
+                            : values.size() % 2 ? values[values.size() / 2]
+                                                : 0.5 * (values[values.size() / 2 - 1] + values[values.size() / 2]);
+      m += " " + md_cell(median, "%.3g") + " |";
+    }
+    m += "\n";
   }
   return m + "\n";
 }
@@ -369,6 +468,10 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
   }
   m += "\n";
   m += condition_markdown(rows, variants);
+  if (std::any_of(rows.begin(), rows.end(), [](const PointRow& r) { return !r.size.empty(); }))
+    m += size_markdown(rows, variants);
+  if (std::any_of(rows.begin(), rows.end(), [](const PointRow& r) { return std::isfinite(r.final_mean_log_z); }))
+    m += output_markdown(rows, variants);
 
   if (!plots.empty() || !plot_note.empty()) m += "## Plots\n\n";
   if (!plot_note.empty()) m += plot_note + "\n\n";
@@ -376,7 +479,15 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
       {"loss_vs_lr", "Final validation loss against peak LR, one line per variant; diverged points are drawn as × at ℓ₀."},
       {"loss_curves", "Training loss per variant, one curve per LR (colour: LR)."},
       {"attn_logit", "Layer-0 maximum attention logit (log scale) per variant; the dashed line is the divergence threshold."},
-      {"grad_norm", "Gradient norm per variant (log scale), one curve per LR; red dots are detected gradient-norm spikes."}};
+      {"grad_norm", "Gradient norm per variant (log scale), one curve per LR; red dots are detected gradient-norm spikes."},
+      {"output_logit", "Output logits per variant, one curve per LR: the largest |logit| (top) and the mean log Z "
+                       "(bottom, log of the softmax normaliser; z-loss pulls it to 0)."},
+      {"loss_vs_lr_by_size", "Final validation loss against peak LR, one panel per condition, one line per model size; "
+                             "× marks divergence (at ℓ₀)."},
+      {"lr_sensitivity_vs_params", "LR sensitivity against non-embedding parameters (log x), one line per condition; "
+                                   "bars are the bootstrap intervals over seeds where there are several."},
+      {"attn_logit_vs_params", "Largest layer-0 attention logit over the run against non-embedding parameters, one "
+                               "panel per peak LR, one line per condition (log y; dashed: the instability threshold)."}};
   for (const auto& p : plots) {
     auto it = captions.find(p);
     m += "![" + p + "](plots/" + p + ".png)\n\n" + (it == captions.end() ? "" : it->second) + " ([SVG](plots/" + p +
@@ -422,7 +533,9 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
   std::string note;
   std::vector<std::string> plots;
   const int code = options.plots ? draw_plots("scripts/plot_sweep.py", {sweep_dir, out}, out, options.python,
-                                              {"loss_vs_lr", "loss_curves", "attn_logit", "grad_norm"}, &plots, &note)
+                                              {"loss_vs_lr", "loss_curves", "attn_logit", "grad_norm", "output_logit",
+                                               "loss_vs_lr_by_size", "lr_sensitivity_vs_params", "attn_logit_vs_params"},
+                                              &plots, &note)
                                  : 0;
   // A hand-written reading of the results (OUT_DIR/notes.md) survives regenerating the report.
 

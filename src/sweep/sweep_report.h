@@ -29,6 +29,9 @@ struct PointRow {
   // The point's values on every axis but train.lr and run.seed ("rms-head",
   // "rms-head_d_model=256"); "all" when the grid has no other axis.
   std::string variant;
+  std::string condition;  // the variant axis's label alone ("all" without one)
+  std::string size;       // the size axis's label ("" without one)
+  int64_t parameters = 0, non_embedding_parameters = 0;  // from summary.json (0: not known)
   std::string status;  // completed | diverged | nonfinite | interrupted | not run
   double lr = NAN;
   int64_t seed = 0;
@@ -43,6 +46,7 @@ struct PointRow {
   double spike_score_loss = NAN, spike_score_grad = NAN;
   int64_t loss_spikes = 0, grad_spikes = 0;
   double max_attn_logit_l0 = NAN, tokens_per_s = NAN, time_s = NAN;
+  double final_mean_log_z = NAN, final_max_output_logit = NAN;  // output logits at the last monitor step
   bool finished() const {
     return status == "completed" || status == "diverged" || status == "nonfinite" || status == "logit_unstable";
   }
@@ -57,6 +61,8 @@ struct PointRow {
 
 struct VariantRow {
   std::string variant;
+  std::string condition, size;        // as in PointRow
+  int64_t non_embedding_parameters = 0;
   size_t points = 0, finished = 0;
   double init_loss = NAN;  // l0
   LrSensitivity lr;

@@ -14,7 +14,8 @@ namespace keel {
 
 namespace {
 
-const std::vector<std::string> kTopKeys = {"base", "name", "out_dir", "early_stop", "set", "variants", "grid", "seeds"};
+const std::vector<std::string> kTopKeys = {"base",     "name",  "out_dir", "early_stop", "set",
+                                           "variants", "sizes", "grid",    "seeds"};
 
 struct Parser {
   std::string file;
@@ -156,7 +157,7 @@ static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::v
     for (const auto& k : kTopKeys)
       if (edit_distance(key, k) <= 2) best = k;
     p.errors.add(key, "unknown sweep key" + p.where(item.first) + (best.empty() ? "" : "; did you mean " + best + "?") +
-                          " (sweep keys: base, name, out_dir, early_stop, set, variants, grid, seeds)");
+                          " (sweep keys: base, name, out_dir, early_stop, set, variants, sizes, grid, seeds)");
   }
 
   const YAML::Node base = root["base"];
@@ -206,33 +207,42 @@ static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::v
     if (e.empty()) spec.common.push_back(o);
   }
 
+  // `variants` and `sizes`: named bundles of config keys, one axis each.
   std::set<std::string> axis_keys;
-  if (const YAML::Node n = root["variants"]) {
+  auto bundles = [&](const char* section, const char* axis_key, const char* short_name, const char* what) {
+    const YAML::Node n = root[section];
+    if (!n) return;
     if (!n.IsMap() || n.size() == 0) {
-      p.errors.add("variants", "expected a mapping of variant names to mappings of config keys" + p.where(n));
-    } else {
-      SweepAxis axis{"variant", "", {}};
-      std::set<std::string> labels;
-      for (const auto& v : n) {
-        AxisValue value;
-        value.label = sanitize_label(v.first.as<std::string>());
-        if (!labels.insert(value.label).second)
-          p.errors.add("variants." + v.first.as<std::string>(), "duplicate variant name" + p.where(v.first));
-        std::vector<std::string> keys;
-        if (v.second.IsNull()) {
-          // a variant with no keys is the base config itself
-        } else if (!v.second.IsMap()) {
-          p.errors.add("variants." + v.first.as<std::string>(),
-                       "expected a mapping of config keys to values (or {} for the base config)" + p.where(v.second));
-        } else {
-          p.collect("variants." + v.first.as<std::string>(), "", v.second, &value.overrides, &keys);
-        }
-        axis_keys.insert(keys.begin(), keys.end());
-        axis.values.push_back(value);
-      }
-      spec.axes.push_back(axis);
+      p.errors.add(section, std::string("expected a mapping of ") + what + " names to mappings of config keys" + p.where(n));
+      return;
     }
-  }
+    SweepAxis axis{axis_key, short_name, {}};
+    std::set<std::string> labels;
+    std::set<std::string> own_keys;
+    for (const auto& v : n) {
+      const std::string name = std::string(section) + "." + v.first.as<std::string>();
+      AxisValue value;
+      value.label = sanitize_label(v.first.as<std::string>());
+      if (!labels.insert(value.label).second) p.errors.add(name, std::string("duplicate ") + what + " name" + p.where(v.first));
+      std::vector<std::string> keys;
+      if (v.second.IsNull()) {
+        // no keys: the base config itself
+      } else if (!v.second.IsMap()) {
+        p.errors.add(name, "expected a mapping of config keys to values (or {} for the base config)" + p.where(v.second));
+      } else {
+        p.collect(name, "", v.second, &value.overrides, &keys);
+      }
+      for (const auto& k : keys)
+        if (axis_keys.count(k)) p.errors.add(name + "." + k, "is also set by a variant; an axis owns its keys" + p.where(v.first));
+      own_keys.insert(keys.begin(), keys.end());
+      axis.values.push_back(value);
+    }
+    axis_keys.insert(own_keys.begin(), own_keys.end());
+    spec.axes.push_back(axis);
+  };
+  bundles("variants", "variant", "", "variant");
+  // Model sizes (Wortsman et al. 2023, Fig. 1): bundles of d_model / n_layers / heads.
+  bundles("sizes", "size", "size", "size");
 
   const YAML::Node grid = root["grid"];
   if (grid && !grid.IsMap()) p.errors.add("grid", "expected a mapping of config keys to lists of values" + p.where(grid));
@@ -243,7 +253,7 @@ static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::v
         p.errors.add("grid." + key, "expected a non-empty list of values, e.g. [1e-3, 3e-3]" + p.where(item.second));
         continue;
       }
-      if (axis_keys.count(key)) p.errors.add("grid." + key, "is also set by a variant" + p.where(item.first));
+      if (axis_keys.count(key)) p.errors.add("grid." + key, "is also set by a variant or size" + p.where(item.first));
       SweepAxis axis{key, "", {}};
       std::set<std::string> labels;
       for (const auto& v : item.second) {
@@ -277,19 +287,16 @@ static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::v
     }
   }
   for (const auto& key : set_keys)
-    if (axis_keys.count(key)) p.errors.add("set." + key, "is also an axis of the grid (variants, grid or seeds)");
+    if (axis_keys.count(key)) p.errors.add("set." + key, "is also an axis of the grid (variants, sizes, grid or seeds)");
   if (spec.axes.empty() && p.errors.empty())
-    p.errors.add("grid", "the sweep has no axis: give `grid`, `variants` or `seeds`" + p.where(root));
+    p.errors.add("grid", "the sweep has no axis: give `grid`, `variants`, `sizes` or `seeds`" + p.where(root));
 
   // Short names: the key's last component unless two axes share it.
   for (auto& axis : spec.axes) {
-    if (axis.key == "variant" || axis.key == "run.seed") {
-      axis.short_name = axis.key == "variant" ? "" : "seed";
-      continue;
-    }
+    if (axis.key == "variant" || axis.key == "size" || axis.key == "run.seed") continue;  // named when made
     const std::string last = last_component(axis.key);
     int same = 0;
-    for (const auto& other : spec.axes) same += other.key != "variant" && last_component(other.key) == last;
+    for (const auto& other : spec.axes) same += other.key != "variant" && other.key != "size" && last_component(other.key) == last;
     axis.short_name = same > 1 ? axis.key : last;
   }
   if (!p.errors.empty()) throw ConfigError(p.errors);

@@ -8,13 +8,16 @@
 //   set: {train.max_steps: 250}    # every point (nested or dotted keys)
 //   variants:                      # optional: named bundles of keys, one axis
 //     rms-head: {model.qk_norm.type: rms, model.qk_norm.scope: head}
+//   sizes:                         # optional: named model sizes, one axis
+//     d256: {model.d_model: 256, model.n_layers: 4, model.n_heads: 4}
 //   grid:                          # key -> list of values, one axis each
 //     train.lr: [1e-3, 3e-3, 1e-2]
 //   seeds: [1, 2]                  # optional: run.seed axis
 //
-// Points are the product of the axes in that order (variants, grid keys in
-// file order, seeds). A point is named by its values: "rms-head_lr=1e-3",
-// with "_seed=2" when there are several seeds.
+// Points are the product of the axes in that order (variants, sizes, grid
+// keys in file order, seeds). A point is named by its values:
+// "rms-head_size=d256_lr=1e-3", with "_seed=2" when there are several seeds.
+// A key belongs to one axis: a size may not set what a variant sets.
 #pragma once
 
 #include <map>
@@ -31,8 +34,8 @@ struct AxisValue {
 };
 
 struct SweepAxis {
-  std::string key;         // "variant", "train.lr", "run.seed"
-  std::string short_name;  // in point names: "" for variants, "lr", "seed"
+  std::string key;         // "variant", "size", "train.lr", "run.seed"
+  std::string short_name;  // in point names: "" for variants, "size", "lr", "seed"
   std::vector<AxisValue> values;
 };
 

@@ -472,6 +472,8 @@ void Trainer::write_summary(const std::string& stopped_by) {
                       {"tokens_per_s", metrics_->mean_tokens_per_s()},
                       {"nonfinite_steps", nonfinite_seen_},
                       {"parameters", parts_.size.total},
+                      // Wortsman et al.'s x axis: all but the embedding table and an untied head.
+                      {"non_embedding_parameters", parts_.size.total - parts_.size.embedding - parts_.size.head},
                       {"world_size", dist_->world()},
                       {"spike_skipped_steps", spike_skips_},
                       {"rewinds", data_skips_.rewinds()},

@@ -21,6 +21,7 @@
 #include "test_util.h"
 #include "util/dir_lock.h"
 #include "util/fs.h"
+#include "util/text.h"
 
 using keel_test::read_file;
 using keel_test::run_keel;
@@ -127,6 +128,9 @@ TEST_F(SweepCli, TinyGridRunsAndTheReportBuilds) {
       EXPECT_TRUE(keel::path_exists(f) && keel::file_size(f) > 1000) << f;
     }
   EXPECT_EQ(read_file(out("e2e") + "/plots/loss_vs_lr.png").substr(1, 3), "PNG");
+  // No size axis: no size section or scaling plots.
+  EXPECT_EQ(md.find("## Model size"), std::string::npos);
+  EXPECT_FALSE(keel::path_exists(out("e2e") + "/plots/lr_sensitivity_vs_params.png"));
 
   // --out puts the report elsewhere; --no-plots skips matplotlib.
   ASSERT_EQ(run_keel("report " + out("e2e") + " --out " + g_dir + "/report2 --no-plots", &log), 0) << log;
@@ -161,6 +165,60 @@ TEST_F(SweepCli, SeedsGiveFrequenciesIntervalsAndBands) {
   auto summary = read_json(out("seeds") + "/lr=1e-2_seed=2/summary.json");
   EXPECT_NEAR(summary["final_val_ppl"].get<double>(), std::exp(summary["final_val_loss"].get<double>()), 1e-6);
   EXPECT_TRUE(keel::path_exists(out("seeds") + "/plots/loss_vs_lr.png"));
+}
+
+// The model-size axis (issue 17, section 3; Wortsman et al. 2023, Fig. 1):
+// non-embedding parameters per run, a per-size table of LR sensitivity and
+// layer-0 attention logits, and the three scaling plots.
+TEST_F(SweepCli, SizesGiveTheScalingTableAndPlots) {
+  const std::string path = g_dir + "/sizes.yaml";
+  write_file(path, "base: base.yaml\nout_dir: " + out("sizes") + "\nset: {train.eval_every: 3}\n"
+                   "variants: {none: {model.qk_norm.type: none}, rms: {model.qk_norm.type: rms}}\n"
+                   "sizes: {d32: {}, d64: {model.d_model: 64, model.n_heads: 4, model.n_kv_heads: 2}}\n"
+                   "grid:\n  train.lr: [1e-3, 1e-2]\n");
+  std::string log;
+  ASSERT_EQ(run_keel("sweep " + path + " --parallel 2", &log), 0) << log;
+  ASSERT_EQ(run_keel("report " + out("sizes"), &log), 0) << log;
+  // Non-embedding parameters: all but the (untied) embedding table and head, vocab 320.
+  int64_t params[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t d = i == 0 ? 32 : 64;
+    auto summary = read_json(out("sizes") + "/none_size=d" + std::to_string(d) + "_lr=1e-3/summary.json");
+    params[i] = summary["non_embedding_parameters"].get<int64_t>();
+    EXPECT_EQ(params[i], summary["parameters"].get<int64_t>() - 2 * 320 * d);
+  }
+  EXPECT_GT(params[1], 3 * params[0]);  // twice the width: about four times the matmul weights
+  // The output logits as the run ended: the last monitor record's (monitor.every 2, 6 steps).
+  {
+    const std::string run = out("sizes") + "/rms_size=d64_lr=1e-2";
+    auto summary = read_json(run + "/summary.json");
+    nlohmann::json last;
+    std::istringstream in(read_file(run + "/metrics.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      auto rec = nlohmann::json::parse(line);
+      if (rec.contains("output")) last = rec["output"];
+    }
+    ASSERT_TRUE(last.is_object());
+    EXPECT_DOUBLE_EQ(summary["final_mean_log_z"].get<double>(), last["mean_log_z"].get<double>());
+    EXPECT_DOUBLE_EQ(summary["final_max_output_logit"].get<double>(), last["max_logit"].get<double>());
+  }
+  const std::string csv = read_file(out("sizes") + "/summary.csv");
+  EXPECT_NE(csv.find(",condition,size,parameters,non_embedding_parameters,final_mean_log_z,final_max_output_logit\n"),
+            std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find(",rms,d64,"), std::string::npos) << csv;
+  const std::string sens = read_file(out("sizes") + "/lr_sensitivity.csv");
+  EXPECT_NE(sens.find("\nnone_size=d64,2,2,0,"), std::string::npos) << sens;
+  EXPECT_NE(sens.find(",none,d64," + std::to_string(params[1]) + ","), std::string::npos) << sens;
+  const std::string md = read_file(out("sizes") + "/report.md");
+  for (const std::string& s : {std::string("## Model size"), std::string("| rms | d64 | "),
+                               std::string("| none | d32 | ") + keel::si(static_cast<double>(params[0])) + " | 2/2 |",
+                               std::string("Largest layer-0 attention logit over the run"),
+                               std::string("| LR 0.001 | LR 0.01 |"), std::string("![lr_sensitivity_vs_params]"),
+                               std::string("## Output logits"), std::string("| rms_size=d64 | 0.01 | 1 | ")})
+    EXPECT_NE(md.find(s), std::string::npos) << s << "\n" << md;
+  for (const char* p : {"loss_vs_lr_by_size", "lr_sensitivity_vs_params", "attn_logit_vs_params", "output_logit"})
+    EXPECT_TRUE(keel::path_exists(out("sizes") + "/plots/" + p + ".png")) << p;
 }
 
 TEST_F(SweepCli, RerunSkipsFinishedPointsAndResumesInterruptedOnes) {

@@ -93,6 +93,44 @@ TEST_F(SweepSpecTest, NamesLeaveOutASingleSeedAndDisambiguateShortNames) {
   EXPECT_FALSE(points[0].config.monitor.stop_on_divergence);
 }
 
+// The model-size axis (issue 17, section 3): named bundles after the
+// variants, before the grid, named "size=..." in point names.
+TEST_F(SweepSpecTest, SizesAreAnAxisOfNamedBundles) {
+  auto points = keel::expand_grid(keel::load_sweep_spec(write_sweep(
+      "base: base.yaml\n"
+      "variants: {none: {model.qk_norm.type: none}, rms: {model.qk_norm.type: rms}}\n"
+      "sizes:\n"
+      "  d32: {}\n"
+      "  d64: {model: {d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2}}\n"
+      "grid: {train.lr: [1e-3, 1e-2]}\n")));
+  EXPECT_EQ(names(points), (std::vector<std::string>{
+                               "none_size=d32_lr=1e-3", "none_size=d32_lr=1e-2", "none_size=d64_lr=1e-3",
+                               "none_size=d64_lr=1e-2", "rms_size=d32_lr=1e-3", "rms_size=d32_lr=1e-2",
+                               "rms_size=d64_lr=1e-3", "rms_size=d64_lr=1e-2"}));
+  const auto& p = points[6];
+  EXPECT_EQ(p.labels.at("size"), "d64");
+  EXPECT_EQ(p.labels.at("variant"), "rms");
+  EXPECT_EQ(p.config.model.d_model, 64);
+  EXPECT_EQ(p.config.model.n_layers, 2);
+  EXPECT_EQ(p.config.model.n_heads, 4);
+  EXPECT_EQ(p.config.model.qk_norm.type, keel::NormKind::rms);
+  EXPECT_EQ(points[0].config.model.d_model, 32);  // {} is the base config's size
+  // A size's key may not be a variant's, a grid key or a `set` key: each key has one owner.
+  std::string e = error_of("base: base.yaml\nvariants: {a: {model.d_model: 64}}\nsizes: {s: {model.d_model: 32}}\n");
+  EXPECT_NE(e.find("sizes.s.model.d_model: is also set by a variant"), std::string::npos) << e;
+  e = error_of("base: base.yaml\nsizes: {s: {model.d_model: 32}}\ngrid: {model.d_model: [64]}\n");
+  EXPECT_NE(e.find("grid.model.d_model: is also set by a variant or size"), std::string::npos) << e;
+  e = error_of("base: base.yaml\nset: {model.n_layers: 2}\nsizes: {s: {model.n_layers: 1}}\n");
+  EXPECT_NE(e.find("set.model.n_layers: is also an axis"), std::string::npos) << e;
+  e = error_of("base: base.yaml\nsizes: [a, b]\n");
+  EXPECT_NE(e.find("sizes: expected a mapping of size names"), std::string::npos) << e;
+  e = error_of("base: base.yaml\nsizes: {s: {model.d_modell: 32}}\n");
+  EXPECT_NE(e.find("sizes.s.model.d_modell: unknown config key"), std::string::npos) << e;
+  // A size whose heads do not divide its width is a point's config error, named.
+  e = error_of("base: base.yaml\nsizes: {odd: {model.d_model: 48, model.n_heads: 5}}\n");
+  EXPECT_NE(e.find("points: size=odd"), std::string::npos) << e;
+}
+
 TEST_F(SweepSpecTest, ErrorsNameTheKeyAndTheLine) {
   // Line 3: a typo in a grid key.
   std::string e = error_of("base: base.yaml\ngrid:\n  train.lrr: [1e-3]\n");
