@@ -31,6 +31,8 @@ config is written to `runs/<name>/config.yaml`.
 | `gemma3-style.yaml` | Gemma 2's layout with an RMS QK-Norm per head ((1+w) gain) before RoPE instead of the softcaps |
 | `post-ln.yaml` | classic Post-LN: LayerNorm(x + f(x)), no final norm |
 | `l2-qknorm.yaml` | L2 QK-Norm with a learned temperature initialised to log2(L^2-L) (Henry et al. 2020) |
+| `qk-clip.yaml` | QK-clip at τ = 100 (Kimi K2's clip, here with AdamW) |
+| `muonclip.yaml` | MuonClip (Kimi K2): Muon on the matrices, per-head q/k/v, QK-clip τ = 100, no QK-Norm |
 | `gpt2-124m.yaml` | GPT-2-124M-class model for GPUs, bf16, T = 1024 |
 | `bench-cpu-tiny.yaml` | CPU benchmark (`keel bench`, `scripts/bench_compare.sh`): the default model and batch |
 | `bench-cpu.yaml` | CPU benchmark: d_model 512, 8 layers, 8 query / 2 KV heads, T 512, SwiGLU, RMS QK-Norm per head, 4 sequences |
@@ -45,6 +47,9 @@ point; see docs/sweeps.md) are in `sweeps/`:
 | `sweeps/stabilisers-lr-cpu-wide.yaml` | the same with 3e-4 and 1e-3 added below the grid (56 points; reuses the 40 above when copied in) ([result](../docs/results/stabilisers-lr-cpu-wide/report.md)) |
 | `sweeps/qknorm-seeds-cpu.yaml` | QK-Norm none / RMS per head × LR 0.1, 0.3, 1 × 8 seeds (48 points, the qknorm-lr-cpu settings): divergence frequencies with Wilson intervals, bootstrap intervals over seeds; 18.9 min on 2 cores ([result](../docs/results/qknorm-seeds-cpu/report.md)) |
 | `sweeps/qknorm-lr-gpu.yaml` | the same grid on a 64M-parameter Wortsman-style model (LayerNorm, GeLU, untied head), bf16, one GPU |
+| `sweeps/scaling-lr-cpu.yaml` | the model-size axis (Wortsman et al. Fig. 1): widths 64 / 128 / 256 × none / qk-layernorm × 6 LRs (1e-3 … 0.3), 200 steps; 36 points on 2 cores ([result](../docs/results/scaling-lr-cpu/report.md)) |
+| `sweeps/scaling-lr-gpu.yaml` | the same study on one GPU: d256×4, d512×8, d768×12 layers (3M–85M non-embedding parameters), 1,000 steps, bf16; not yet run |
+| `sweeps/output-logit-cpu.yaml` | output-logit divergence (Wortsman et al. §3.2): no weight decay, with and without z-loss × 4 LRs, 500 steps ([result](../docs/results/output-logit-cpu/report.md)) |
 
 ## Where the variants come from
 
@@ -52,6 +57,7 @@ point; see docs/sweeps.md) are in `sweeps/`:
 - `model.qk_norm.*`: `rms` per head before RoPE is Qwen3; `rms` over the projection is OLMo 2; `layernorm` per head with a shared gain is Wortsman et al. 2023 (arXiv 2309.14322), with `gain_per_head` and `bias` it is Chameleon; `l2` with a learned temperature is Henry et al. 2020 (arXiv 2010.04245); `l2` after RoPE with a gain is nGPT's placement.
 - `model.attn_softcap`, `model.final_softcap`, `model.query_pre_attn_scalar`, `model.embed_norm: scale_sqrt_d`: Gemma 2. `embed_norm: layernorm` is BLOOM; `rmsnorm` (parameter-free) is modded-nanogpt/nanochat.
 - `train.z_loss`: PaLM (1e-4); `train.independent_weight_decay`: Wortsman et al. 2023.
+- `train.optimizer: muon` and `train.muon.*`: Muon (Jordan et al. 2024; torch.optim.Muon's update), `adjust_lr: match_rms_adamw` from Moonlight (Liu et al. 2025), `split_qkv_heads` and `train.qk_clip_tau` together are Kimi K2's MuonClip.
 - `model.mlp: geglu_tanh` (gated MLP with the tanh-approximated GELU, transformers' `gelu_pytorch_tanh`) and `model.norm_unit_offset` (gains applied as 1+w, w initialised to 0): Gemma 2 and 3.
 
 ## Hugging Face export

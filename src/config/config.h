@@ -36,6 +36,12 @@ enum class ScheduleKind { cosine, linear, constant, wsd };
 KEEL_CHOICE(ScheduleKind, "cosine", "linear", "constant", "wsd");
 enum class OptimizerImpl { automatic, fused, reference };
 KEEL_CHOICE(OptimizerImpl, "auto", "fused", "reference");
+enum class OptimizerKind { adamw, muon };
+KEEL_CHOICE(OptimizerKind, "adamw", "muon");
+enum class MuonAdjustLr { match_rms_adamw, spectral };
+KEEL_CHOICE(MuonAdjustLr, "match_rms_adamw", "spectral");
+enum class MuonNsDtype { automatic, bf16, fp32 };
+KEEL_CHOICE(MuonNsDtype, "auto", "bf16", "fp32");
 enum class Precision { automatic, fp32, bf16 };
 KEEL_CHOICE(Precision, "auto", "fp32", "bf16");
 enum class AttentionBackend { automatic, cudnn, flash, efficient, math };
@@ -46,6 +52,17 @@ enum class NonfinitePolicy { halt, skip };
 KEEL_CHOICE(NonfinitePolicy, "halt", "skip");
 enum class DistBackend { automatic, nccl, gloo };
 KEEL_CHOICE(DistBackend, "auto", "nccl", "gloo");
+
+// Muon for the 2-D weights of the attention and MLP linears (train/muon.h).
+struct MuonConfig {
+  double momentum = 0.95;                  // μ of the (Nesterov) momentum buffer
+  bool nesterov = true;
+  int64_t ns_steps = 5;                    // quintic Newton–Schulz iterations
+  MuonAdjustLr adjust_lr = MuonAdjustLr::match_rms_adamw;  // 0.2·√max(m,n) (Moonlight) | √max(1,m/n) (Jordan)
+  MuonNsDtype ns_dtype = MuonNsDtype::automatic;  // auto: bf16 on CUDA, fp32 on CPU
+  bool split_qkv_heads = false;            // orthogonalise wq/wk/wv per head (Kimi K2's MuonClip)
+  double adamw_lr = 0;                     // peak LR of the AdamW part; 0 = train.lr
+};
 
 struct QKNormConfig {
   NormKind type = NormKind::none;       // none | rms | layernorm | l2
@@ -125,6 +142,8 @@ struct TrainConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
+  OptimizerKind optimizer = OptimizerKind::adamw;  // adamw | muon (Muon on the linears, AdamW on the rest)
+  MuonConfig muon;
   OptimizerImpl optimizer_impl = OptimizerImpl::automatic;  // auto | fused | reference
   double grad_clip = 1.0;                  // 0: off
   double z_loss = 0.0;

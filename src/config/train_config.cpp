@@ -47,6 +47,25 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   auto& ep = s.real("train.eps", &t.eps, "AdamW epsilon");
   ep.min = 0;
   ep.min_exclusive = true;
+  s.choice("train.optimizer", &t.optimizer, {},
+           "adamw, or muon: Muon (orthogonalised momentum) for the 2-D weights of the attention and MLP linears, "
+           "AdamW for everything else (docs/optimizers.md)");
+  auto& mm = s.real("train.muon.momentum", &t.muon.momentum, "muon: momentum of the update buffer");
+  mm.min = 0;
+  mm.max = 0.999;
+  s.boolean("train.muon.nesterov", &t.muon.nesterov, "muon: Nesterov momentum");
+  auto& ns = s.integer("train.muon.ns_steps", &t.muon.ns_steps, "muon: Newton-Schulz iterations");
+  ns.min = 1;
+  ns.max = 20;
+  s.choice("train.muon.adjust_lr", &t.muon.adjust_lr, {},
+           "muon: LR scale per matrix [m, n]: match_rms_adamw 0.2*sqrt(max(m, n)) (Moonlight; AdamW's LR works) or "
+           "spectral sqrt(max(1, m/n)) (Keller Jordan's; LRs far above AdamW's)");
+  s.choice("train.muon.ns_dtype", &t.muon.ns_dtype, {}, "muon: Newton-Schulz precision; auto = bf16 on CUDA, fp32 on CPU");
+  s.boolean("train.muon.split_qkv_heads", &t.muon.split_qkv_heads,
+            "muon: orthogonalise wq, wk and wv one head at a time (Kimi K2) instead of per projection");
+  s.real("train.muon.adamw_lr", &t.muon.adamw_lr,
+         "muon: peak LR of the AdamW part (embedding, head, norms, biases, scales); 0 = train.lr; the schedule "
+         "scales it like train.lr").min = 0;
   s.choice("train.optimizer_impl", &t.optimizer_impl, {},
            "AdamW kernel: fused (at::_fused_adamw_, CPU and CUDA) or the readable reference loop");
   s.real("train.grad_clip", &t.grad_clip, "global gradient-norm clip; 0 = off").min = 0;

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "train/muon.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace keel {
 
@@ -16,7 +18,8 @@ bool wants_weight_decay(const std::string& name, const TrainConfig& t) {
   return true;
 }
 
-AdamW::AdamW(std::vector<NamedParam> params, const TrainConfig& t) : params_(std::move(params)), cfg_(t) {
+AdamW::AdamW(std::vector<NamedParam> params, const TrainConfig& t) : cfg_(t) {
+  params_ = std::move(params);
   // Wortsman et al. 2023's independent decay: the decay follows the schedule's
   // shape (lr / peak_lr) but not its magnitude, so pass wd / peak_lr.
   const double wd = t.independent_weight_decay ? t.weight_decay / t.lr : t.weight_decay;
@@ -34,7 +37,7 @@ AdamW::AdamW(std::vector<NamedParam> params, const TrainConfig& t) : params_(std
   fused_ = t.optimizer_impl != OptimizerImpl::reference;
 }
 
-void AdamW::zero_grad() {
+void Optimizer::zero_grad() {
   for (auto& p : params_)
     if (p.param.grad().defined()) p.param.mutable_grad() = torch::Tensor();
 }
@@ -96,6 +99,17 @@ void AdamW::step_reference(const Group& g, double lr) {
     auto denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias2)).add_(cfg_.eps);
     p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
   }
+}
+
+std::vector<std::string> AdamW::describe() const {
+  return {strf("%s AdamW on all %zu tensors, betas (%g, %g), eps %g, weight decay %g%s", fused_ ? "fused" : "reference",
+               params_.size(), cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay,
+               cfg_.independent_weight_decay ? " (independent of the LR)" : "")};
+}
+
+std::unique_ptr<Optimizer> make_optimizer(std::vector<NamedParam> params, const TrainConfig& t, int64_t head_dim) {
+  if (t.optimizer == OptimizerKind::muon) return std::make_unique<Muon>(std::move(params), t, head_dim);
+  return std::make_unique<AdamW>(std::move(params), t);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {

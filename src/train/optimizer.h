@@ -1,10 +1,13 @@
-// AdamW with decoupled weight decay and two parameter groups (decay / no
-// decay), on LibTorch's fused kernel or a readable reference loop that the
-// tests hold the fused kernel to.
+// The optimizers: AdamW with decoupled weight decay and two parameter groups
+// (decay / no decay), on LibTorch's fused kernel or a readable reference
+// loop that the tests hold the fused kernel to; and (train/muon.h) Muon on
+// the linears with AdamW on the rest. `make_optimizer` picks by
+// train.optimizer.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,25 +24,43 @@ struct NamedParam {
 // train.decay_embeddings) the embedding get no weight decay.
 bool wants_weight_decay(const std::string& name, const TrainConfig& t);
 
-class AdamW {
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update with learning rate `lr` (the schedule's value for train.lr).
+  // `found_inf` (a 0/1 float scalar on the parameters' device, or undefined)
+  // skips the update on the device without a host sync, as the fused
+  // kernel's found_inf argument does.
+  virtual void step(double lr, const torch::Tensor& found_inf = {}) = 0;
+  // The same with the learning rate as a float32 scalar tensor on the
+  // parameters' device (CUDA-graph capture: the LR changes between replays).
+  virtual void step(const torch::Tensor& lr, const torch::Tensor& found_inf = {}) = 0;
+  void zero_grad();
+  // Every parameter it trains, in the model's order.
+  const std::vector<NamedParam>& params() const { return params_; }
+  // The state a checkpoint keeps, by name.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> state() const = 0;
+  virtual void load_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) = 0;
+  // Lines for the settings table: what trains which parameters.
+  virtual std::vector<std::string> describe() const = 0;
+
+ protected:
+  std::vector<NamedParam> params_;
+};
+
+class AdamW : public Optimizer {
  public:
   AdamW(std::vector<NamedParam> params, const TrainConfig& t);
 
-  // One update with learning rate `lr`. `found_inf` (a 0/1 float scalar on the
-  // parameters' device, or undefined) skips the update on the device without
-  // a host sync, as the fused kernel's found_inf argument does.
-  void step(double lr, const torch::Tensor& found_inf = {});
-  // The same with the learning rate as a float32 scalar tensor on the
-  // parameters' device (CUDA-graph capture: the LR changes between replays).
-  // The fused kernel reads it on the device; the reference loop reads it back.
-  void step(const torch::Tensor& lr, const torch::Tensor& found_inf = {});
-  void zero_grad();
+  void step(double lr, const torch::Tensor& found_inf = {}) override;
+  // The fused kernel reads a tensor LR on the device; the reference loop reads it back.
+  void step(const torch::Tensor& lr, const torch::Tensor& found_inf = {}) override;
 
-  const std::vector<NamedParam>& params() const { return params_; }
   bool fused() const { return fused_; }
   // Optimizer state by name ("exp_avg.<param>", "exp_avg_sq.<param>", "step.<param>").
-  std::vector<std::pair<std::string, torch::Tensor>> state() const;
-  void load_state(const std::vector<std::pair<std::string, torch::Tensor>>& state);
+  std::vector<std::pair<std::string, torch::Tensor>> state() const override;
+  void load_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) override;
+  std::vector<std::string> describe() const override;
 
  private:
   struct Group {
@@ -49,12 +70,14 @@ class AdamW {
   // lr_tensor, when defined, takes the place of lr.
   void step_fused(const Group& g, double lr, const torch::Tensor& lr_tensor, const torch::Tensor& found_inf);
   void step_reference(const Group& g, double lr);
-  std::vector<NamedParam> params_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_, steps_;
   std::vector<Group> groups_;
   TrainConfig cfg_;
   bool fused_;
 };
+
+// The optimizer train.optimizer names over `params`; `head_dim` for Muon's per-head q/k/v.
+std::unique_ptr<Optimizer> make_optimizer(std::vector<NamedParam> params, const TrainConfig& t, int64_t head_dim);
 
 // Global L2 norm of all gradients, and (when max_norm > 0) scales them so the
 // norm is at most max_norm. Entirely on the device: no host sync.

@@ -48,7 +48,7 @@ void check_cuda_graph_setup(const Config& cfg, const ComputeSetup& compute, int 
   if (!e.empty()) throw ConfigError(e);
 }
 
-StepRunner::StepRunner(Transformer model, AdamW& optimizer, const Config& cfg, const ComputeSetup& compute,
+StepRunner::StepRunner(Transformer model, Optimizer& optimizer, const Config& cfg, const ComputeSetup& compute,
                        int64_t micro_batch)
     : model_(std::move(model)), optimizer_(optimizer), cfg_(cfg), compute_(compute), micro_batch_(micro_batch) {
   if (cfg.train.qk_clip_tau)  // QK-clip: the training forwards record each head's largest logit

@@ -4,7 +4,7 @@
 //   to_device        the batch to the device (asynchronous from pinned memory)
 //   forward_backward every micro-batch's forward, loss and backward
 //   clip             the global gradient norm, clipping, the non-finite verdict
-//   update           AdamW, skipped on the device when the verdict says so
+//   update           the optimizer, skipped on the device when the verdict says so
 // Nothing here waits for the device: on CUDA the host runs ahead.
 //
 // train.cuda_graph (CUDA, one process): the first kGraphWarmupSteps steps run
@@ -59,7 +59,7 @@ constexpr int64_t kGraphWarmupSteps = 3;
 
 class StepRunner {
  public:
-  StepRunner(Transformer model, AdamW& optimizer, const Config& cfg, const ComputeSetup& compute,
+  StepRunner(Transformer model, Optimizer& optimizer, const Config& cfg, const ComputeSetup& compute,
              int64_t micro_batch);
   ~StepRunner();
 
@@ -81,7 +81,7 @@ class StepRunner {
 
  private:
   Transformer model_;
-  AdamW& optimizer_;
+  Optimizer& optimizer_;
   const Config& cfg_;
   ComputeSetup compute_;
   int64_t micro_batch_;

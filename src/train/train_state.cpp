@@ -72,7 +72,7 @@ TensorMap local_rng_state() {
 }
 
 std::string save_training_checkpoint(const std::string& run_dir, const Config& config, Transformer& model,
-                                     const AdamW* optimizer, const TrainState& state,
+                                     const Optimizer* optimizer, const TrainState& state,
                                      const std::string& tokenizer_path) {
   TensorMap weights = model_tensors(model);
   for (const auto& [name, t] : weights)
@@ -112,7 +112,7 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
 }
 
 namespace {
-TrainState load_unchecked(const std::string& dir, Transformer& model, AdamW* optimizer, std::string* saved_config_yaml,
+TrainState load_unchecked(const std::string& dir, Transformer& model, Optimizer* optimizer, std::string* saved_config_yaml,
                           int rng_rank) {
   CheckpointStore::verify(dir);
   const std::string state_path = dir + "/state.json";
@@ -161,7 +161,7 @@ TrainState load_unchecked(const std::string& dir, Transformer& model, AdamW* opt
 // A checkpoint is a file keel reads like any other: a field of the wrong type
 // in state.json or a generator state LibTorch refuses is a CheckpointError
 // naming the directory (exit 2), not an internal error.
-TrainState load_training_checkpoint(const std::string& dir, Transformer& model, AdamW* optimizer,
+TrainState load_training_checkpoint(const std::string& dir, Transformer& model, Optimizer* optimizer,
                                     std::string* saved_config_yaml, int rng_rank) {
   try {
     return load_unchecked(dir, model, optimizer, saved_config_yaml, rng_rank);

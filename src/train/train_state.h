@@ -37,14 +37,14 @@ std::vector<std::pair<std::string, torch::Tensor>> local_rng_state();
 // Writes a checkpoint for `state.step`. Refuses (std::runtime_error) when any
 // weight is non-finite: such a checkpoint would poison every resume.
 std::string save_training_checkpoint(const std::string& run_dir, const Config& config, Transformer& model,
-                                     const AdamW* optimizer, const TrainState& state,
+                                     const Optimizer* optimizer, const TrainState& state,
                                      const std::string& tokenizer_path);
 
 // Loads weights (and optimizer state and RNG when given) from a checkpoint
 // directory. Returns the state; the checkpoint's config is in *saved_config.
 // rng_rank: whose generator states to restore (rank r of a data-parallel
 // run); a rank the checkpoint has none for keeps its seeded generators.
-TrainState load_training_checkpoint(const std::string& checkpoint_dir, Transformer& model, AdamW* optimizer,
+TrainState load_training_checkpoint(const std::string& checkpoint_dir, Transformer& model, Optimizer* optimizer,
                                     std::string* saved_config_yaml, int rng_rank = 0);
 
 // Resolved-config differences between a checkpoint and the current run.

@@ -205,8 +205,8 @@ void Trainer::print_settings() {
   row("FLOPs per token", si(parts_.size.flops_per_token));
   row("batch", std::to_string(g.global_batch) + " x " + std::to_string(g.seq_len) + " tokens, " +
                    std::to_string(g.n_micro) + " micro-step(s) of " + std::to_string(g.micro_batch));
-  row("optimizer", std::string(parts_.optimizer->fused() ? "fused" : "reference") + " AdamW, lr " +
-                       std::to_string(t.lr) + ", wd " + std::to_string(t.weight_decay));
+  row("optimizer", name_of(t.optimizer) + ", lr " + strf("%g", t.lr) + ", wd " + strf("%g", t.weight_decay));
+  for (const auto& line : parts_.optimizer->describe()) row("", line);
   row("schedule", name_of(t.schedule) + ", warm-up " + std::to_string(t.warmup_steps) + ", " + std::to_string(t.max_steps) +
                       " steps");
   row("train tokens", si(static_cast<double>(train_data_->tokens())));

@@ -38,7 +38,7 @@ TrainingParts build_training_parts(const Config& cfg, const ComputeSetup& comput
   p.size = model_size(cfg.model, geometry.seq_len);
   std::vector<NamedParam> params;
   for (auto& item : p.model->named_parameters(true)) params.push_back({item.key(), item.value()});
-  p.optimizer = std::make_unique<AdamW>(params, cfg.train);
+  p.optimizer = make_optimizer(params, cfg.train, cfg.model.d_model / cfg.model.n_heads);
   p.runner = std::make_unique<StepRunner>(p.model, *p.optimizer, cfg, compute, geometry.micro_batch);
   return p;
 }

@@ -34,11 +34,11 @@ BatchGeometry batch_geometry(const Config& cfg, int world);
 struct TrainingParts {
   ModelSize size;                      // counted on the built model
   Transformer model{nullptr};
-  std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<StepRunner> runner;  // holds a reference to *optimizer
 };
 
-// The model from run.seed on the compute device, AdamW over its parameters,
+// The model from run.seed on the compute device, its optimizer (train.optimizer),
 // and the StepRunner for micro-batches of geometry.micro_batch.
 TrainingParts build_training_parts(const Config& cfg, const ComputeSetup& compute, const BatchGeometry& geometry);
 

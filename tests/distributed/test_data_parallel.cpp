@@ -159,6 +159,17 @@ TEST_F(DataParallel, TwoWorkersGiveTheLossesOfOne) {
   EXPECT_EQ(tables, 1u) << out;
 }
 
+// Muon (issue 21): every rank orthogonalises the same all-reduced gradient,
+// so two ranks take the single process's steps and stay identical.
+TEST_F(DataParallel, MuonOnTwoWorkersGivesTheLossesOfOne) {
+  const std::string muon = "--set train.optimizer=muon --set train.lr=0.02";
+  std::string out;
+  ASSERT_EQ(run_keel(train_args("muon_one", muon), &out), 0) << out;
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("muon_two", muon), &out), 0) << out;
+  expect_same_losses("muon_one", "muon_two", 1e-4);
+  EXPECT_NE(out.find("parameters identical on all 2 ranks after step 12"), std::string::npos) << out;
+}
+
 TEST_F(DataParallel, OneWorkerThroughTheLauncherIsAGroupOfOne) {
   std::string out;
   ASSERT_EQ(run_keel("launch --nproc 1 -- " + train_args("launch_one"), &out), 0) << out;
