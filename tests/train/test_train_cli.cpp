@@ -584,6 +584,51 @@ TEST_F(TrainCli, HighLearningRateGrowsLayerZeroAttentionLogits) {
   EXPECT_NEAR(s["max_attn_logit_per_layer"][0].get<double>(), *std::max_element(layer0.begin(), layer0.end()), 1e-9);
 }
 
+// MuonClip (issue 21; Kimi K2): at an LR where Muon alone lets the attention
+// logits grow far past τ, QK-clip after each Muon step holds them near τ.
+// The clip factor comes from the step's own forward, before the update
+// (Kimi K2's algorithm), so a forward after the step may exceed τ by what one
+// update added: the monitor (a forward after each step) bounds that here.
+TEST_F(TrainCli, MuonClipHoldsTheLogitsMuonAloneLetsGrow) {
+  const double tau = 10;
+  const std::string muon = "--set train.optimizer=muon --set train.lr=0.3 --set train.min_lr=0.03 --set train.max_steps=60 "
+                           "--set train.warmup_steps=4 --set monitor.every=1 --set checkpoint.every=0 "
+                           "--set train.muon.split_qkv_heads=true ";
+  auto maxima = [](const std::string& run) {  // largest logit over layers and heads, per monitored step
+    std::vector<double> out;
+    std::ifstream in(run + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (!j.contains("attn")) continue;
+      double m = 0;
+      for (const auto& layer : j["attn"]) m = std::max(m, layer["max_logit"].get<double>());
+      out.push_back(m);
+    }
+    return out;
+  };
+  std::string out;
+  ASSERT_EQ(run_keel(args("muon_alone", muon), &out), 0) << out;
+  ASSERT_EQ(run_keel(args("muonclip", muon + "--set train.qk_clip_tau=" + std::to_string(tau)), &out), 0) << out;
+  const auto alone = maxima(run_path("muon_alone")), clipped = maxima(run_path("muonclip"));
+  ASSERT_EQ(alone.size(), 60u);
+  ASSERT_EQ(clipped.size(), 60u);
+  auto listed = [](const std::vector<double>& v) {
+    std::string s;
+    for (double x : v) s += std::to_string(x) + " ";
+    return s;
+  };
+  EXPECT_GT(*std::max_element(alone.begin(), alone.end()), 5 * tau) << listed(alone);
+  // Clipped: never more than one update's growth above τ, and at τ once the run settles.
+  EXPECT_LT(*std::max_element(clipped.begin(), clipped.end()), 2 * tau) << listed(clipped);
+  EXPECT_LT(*std::max_element(clipped.begin() + 40, clipped.end()), 1.3 * tau) << listed(clipped);
+  if (::testing::Test::HasFailure() || std::getenv("KEEL_TEST_VERBOSE"))
+    std::cout << "Muon alone: " << listed(alone) << "\nMuonClip:   " << listed(clipped) << "\n";
+  int64_t rescaled = 0;
+  std::ifstream in(run_path("muonclip") + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) rescaled += nlohmann::json::parse(line).value("qk_clipped_heads", 0);
+  EXPECT_GT(rescaled, 0);
+}
+
 // ------------------------------------------------- monitor.on_spike: rewind
 
 namespace {
