@@ -229,6 +229,9 @@ if [[ -n $preflight_ok ]]; then
     section train-cuda-graph 45 train cuda-graph "$train_steps" --set train.cuda_graph=$graph
     section bench-gpt2-graph 40 bench gpt2-graph configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
         --set train.cuda_graph=$graph
+    # Muon's step cost (issue 21): Newton-Schulz in bf16, batched per shape group, against AdamW's bench-gpt2.
+    section bench-gpt2-muon 45 bench gpt2-muon configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+        --set train.optimizer=muon
     section bench-qknorm 70 qknorm
     # train.attention_backend: auto prefers cuDNN attention on Hopper; FlashAttention-2 for comparison.
     section bench-gpt2-flash 40 bench gpt2-flash configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \

@@ -12,7 +12,7 @@ from pathlib import Path
 from keel_testlib import REPO, build_dir, keel_binary
 
 SECTIONS = ["build", "gpu-tests", "train-cuda", "bench-gpt2", "bench-gpt2-whole-logits", "compare-pytorch", "train-cuda-graph",
-            "bench-gpt2-graph", "bench-qknorm", "bench-gpt2-flash", "bench-gpt2-softcap", "bench-gpt2-softcap-4k", "train-nccl", "bench-default-eager", "bench-default-graph"]
+            "bench-gpt2-graph", "bench-gpt2-muon", "bench-qknorm", "bench-gpt2-flash", "bench-gpt2-softcap", "bench-gpt2-softcap-4k", "train-nccl", "bench-default-eager", "bench-default-graph"]
 
 
 def run_check(tmp_path: Path, budget: int) -> tuple[subprocess.CompletedProcess, Path, Path]:
