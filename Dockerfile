@@ -8,7 +8,7 @@ ARG BASE=pytorch/pytorch:2.11.0-cuda13.0-cudnn9-devel
 FROM ${BASE}
 
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        build-essential cmake ninja-build pkg-config git zlib1g-dev \
+        build-essential cmake ninja-build pkg-config git zlib1g-dev libzstd-dev \
         libyaml-cpp-dev libspdlog-dev libfmt-dev libsentencepiece-dev sentencepiece \
         libcli11-dev nlohmann-json3-dev libgtest-dev libgloo-dev \
     && rm -rf /var/lib/apt/lists/*

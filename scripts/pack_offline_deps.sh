@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs keel's non-LibTorch dependencies (yaml-cpp, spdlog, fmt, sentencepiece,
-# CLI11, nlohmann-json, GoogleTest, zlib: headers, libraries, CMake configs)
+# CLI11, nlohmann-json, GoogleTest, zlib, zstd: headers, libraries, CMake configs)
 # from this machine's Debian packages into one folder, usable as a CMake
 # prefix on a machine without internet (an air-gapped cluster, the GPU box):
 #
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 out=${1:-offline-deps}
 pkgs=(libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
       libsentencepiece-dev libsentencepiece0 libcli11-dev nlohmann-json3-dev
-      libgtest-dev googletest zlib1g-dev zlib1g libgloo-dev)
+      libgtest-dev googletest zlib1g-dev zlib1g libzstd-dev libzstd1 libgloo-dev)
 bash scripts/setup.sh --no-build > /dev/null   # makes sure the packages are installed
 rm -rf "$out"
 mkdir -p "$out"

@@ -7,7 +7,8 @@ namespace keel {
 void declare_data_keys(Schema& s, DataConfig& d) {
   s.text("data.dir", &d.dir, "directory of prepared token shards, manifest and tokenizer");
   s.text_list("data.sources", &d.sources,
-              "text files, directories (recursive) or .jsonl files with a \"text\" field; any may be .gz");
+              "text files, directories (recursive) or .jsonl files with a \"text\" field; any may be .gz or .zst "
+              "(.json.gz / .json.zst are JSON Lines)");
   s.text("data.tokenizer", &d.tokenizer, "existing SentencePiece .model to reuse; empty = train one");
   s.choice("data.tokenizer_type", &d.tokenizer_type, {}, "SentencePiece model type to train");
   auto& mb = s.integer("data.tokenizer_sample_mb", &d.tokenizer_sample_mb, "MB of text sampled to train the tokenizer");

@@ -1,6 +1,7 @@
 #include "data/corpus_reader.h"
 
 #include <zlib.h>
+#include <zstd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "util/error.h"
 #include "util/utf8.h"
@@ -20,35 +22,57 @@ namespace {
 
 constexpr size_t kBlock = size_t{1} << 20;
 
-// A plain or gzip-compressed file read in blocks.
+// A plain, gzip- or zstd-compressed file read in blocks.
 class Input {
  public:
-  explicit Input(const SourceFile& f) : path_(f.path) {
-    if (f.gzip) {
+  explicit Input(const SourceFile& f) : path_(f.path), compression_(f.compression) {
+    if (compression_ == Compression::gzip) {
       gz_ = gzopen(path_.c_str(), "rb");
       if (!gz_) throw data_error(path_, std::string("cannot open: ") + std::strerror(errno));
       gzbuffer(gz_, 1 << 17);
-    } else {
-      file_ = std::fopen(path_.c_str(), "rb");
-      if (!file_) throw data_error(path_, std::string("cannot open: ") + std::strerror(errno));
+      return;
+    }
+    file_ = std::fopen(path_.c_str(), "rb");
+    if (!file_) throw data_error(path_, std::string("cannot open: ") + std::strerror(errno));
+    if (compression_ == Compression::zstd) {
+      zstd_ = ZSTD_createDCtx();
+      if (!zstd_) throw data_error(path_, "cannot allocate a zstd decoder");
+      // A frame asking for a window above 128 MiB (zstd --long=31) is refused
+      // with an error rather than allocating what a hostile header names.
+      ZSTD_DCtx_setParameter(zstd_, ZSTD_d_windowLogMax, 27);
+      packed_.resize(ZSTD_DStreamInSize());
     }
   }
   ~Input() {
     if (gz_) gzclose(gz_);
     if (file_) std::fclose(file_);
+    if (zstd_) ZSTD_freeDCtx(zstd_);
   }
   Input(const Input&) = delete;
   Input& operator=(const Input&) = delete;
 
   // Up to n bytes; 0 at the end of the file.
   size_t read(char* dst, size_t n) {
-    if (file_) {
-      size_t got = std::fread(dst, 1, n, file_);
-      if (got < n && std::ferror(file_))
-        throw data_error(path_, std::string("read error: ") + std::strerror(errno));
-      done_ += got;
-      return got;
+    size_t got = 0;
+    switch (compression_) {
+      case Compression::none: got = read_plain(dst, n); break;
+      case Compression::gzip: got = read_gzip(dst, n); break;
+      case Compression::zstd: got = read_zstd(dst, n); break;
     }
+    done_ += got;
+    return got;
+  }
+
+ private:
+  size_t read_raw(char* dst, size_t n) {
+    size_t got = std::fread(dst, 1, n, file_);
+    if (got < n && std::ferror(file_)) throw data_error(path_, std::string("read error: ") + std::strerror(errno));
+    return got;
+  }
+
+  size_t read_plain(char* dst, size_t n) { return read_raw(dst, n); }
+
+  size_t read_gzip(char* dst, size_t n) {
     int got = gzread(gz_, dst, static_cast<unsigned>(std::min<size_t>(n, 1u << 30)));
     int err = Z_OK;
     const char* msg = gzerror(gz_, &err);
@@ -58,15 +82,59 @@ class Input {
                                   " (truncated or corrupted file?)");
     if (done_ == 0 && got > 0 && gzdirect(gz_))
       throw data_error(path_, "named .gz but is not gzip-compressed");
-    done_ += static_cast<size_t>(got);
     return static_cast<size_t>(got);
   }
 
- private:
+  // Streams the frames one after another (pzstd and zstd -T write several).
+  size_t read_zstd(char* dst, size_t n) {
+    ZSTD_outBuffer out{dst, n, 0};
+    while (out.pos == 0) {
+      // More input only once the decoder has given out all it holds: a call
+      // that filled the output may have more to flush from the same input.
+      if (in_.pos == in_.size && !flush_pending_) {
+        const size_t got = read_raw(packed_.data(), packed_.size());
+        if (got == 0) {
+          if (frame_open_)
+            throw data_error(path_, "zstd stream ends inside a frame at compressed byte offset " +
+                                        std::to_string(packed_done_) + " (after " + std::to_string(done_) +
+                                        " uncompressed bytes): truncated file?");
+          return 0;
+        }
+        if (packed_done_ == 0 && !starts_with_zstd_magic(packed_.data(), got))
+          throw data_error(path_, "named .zst but is not zstd-compressed (no zstd frame magic at byte 0)");
+        in_ = ZSTD_inBuffer{packed_.data(), got, 0};
+      }
+      const size_t before = in_.pos;
+      const size_t ret = ZSTD_decompressStream(zstd_, &out, &in_);
+      packed_done_ += static_cast<int64_t>(in_.pos - before);
+      if (ZSTD_isError(ret))
+        throw data_error(path_, std::string("zstd error near compressed byte offset ") + std::to_string(packed_done_) +
+                                    " (after " + std::to_string(done_ + out.pos) +
+                                    " uncompressed bytes): " + ZSTD_getErrorName(ret) + " (corrupted file?)");
+      frame_open_ = ret != 0;  // 0: a frame just ended cleanly
+      flush_pending_ = out.pos == out.size;
+    }
+    return out.pos;
+  }
+
+  static bool starts_with_zstd_magic(const char* p, size_t n) {
+    if (n < 4) return false;
+    const uint32_t magic = uint32_t(uint8_t(p[0])) | uint32_t(uint8_t(p[1])) << 8 | uint32_t(uint8_t(p[2])) << 16 |
+                           uint32_t(uint8_t(p[3])) << 24;
+    return magic == ZSTD_MAGICNUMBER || (magic & ZSTD_MAGIC_SKIPPABLE_MASK) == ZSTD_MAGIC_SKIPPABLE_START;
+  }
+
   std::string path_;
+  Compression compression_;
   gzFile gz_ = nullptr;
   FILE* file_ = nullptr;
-  size_t done_ = 0;
+  size_t done_ = 0;  // uncompressed bytes handed out
+  // zstd
+  ZSTD_DCtx* zstd_ = nullptr;
+  std::vector<char> packed_;  // compressed bytes read from the file
+  ZSTD_inBuffer in_{nullptr, 0, 0};
+  int64_t packed_done_ = 0;   // compressed bytes consumed
+  bool frame_open_ = false, flush_pending_ = false;
 };
 
 // Lines of an Input, each with its '\n' (the last one may lack it).

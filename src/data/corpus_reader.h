@@ -32,7 +32,8 @@ struct Record {
 };
 
 // Calls `emit` with each non-empty record of `file` in order; `emit` returns
-// false to stop early. Throws DataError on I/O or gzip errors, naming the file.
+// false to stop early. Throws DataError on I/O, gzip or zstd errors, naming the
+// file (and for zstd the compressed byte offset).
 void read_records(const SourceFile& file, int32_t index, const std::string& separator,
                   const std::function<bool(Record&&)>& emit);
 

@@ -235,7 +235,7 @@ EncodeResult encode_corpus(const std::vector<SourceFile>& files, const std::stri
   for (size_t i = 0; i < files.size(); ++i) {
     result.sources[i].path = files[i].path;
     result.sources[i].format = format_name(files[i].format);
-    result.sources[i].gzip = files[i].gzip;
+    result.sources[i].compression = compression_name(files[i].compression);
     result.sources[i].bytes = files[i].bytes;
   }
   SplitWriter train(out_dir, "train", probe.vocab_size(), o.shard_tokens);

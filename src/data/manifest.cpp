@@ -58,7 +58,7 @@ nlohmann::json data_manifest_to_json(const DataManifest& m) {
     j["shards"].push_back({{"file", s.file}, {"split", s.split}, {"tokens", s.tokens}, {"crc32", hex32(s.crc32)}});
   j["sources"] = nlohmann::json::array();
   for (const auto& s : m.sources)
-    j["sources"].push_back({{"path", s.path}, {"format", s.format}, {"gzip", s.gzip}, {"bytes", s.bytes},
+    j["sources"].push_back({{"path", s.path}, {"format", s.format}, {"compression", s.compression}, {"bytes", s.bytes},
                             {"text_bytes", s.text_bytes}, {"documents", s.documents}});
   j["settings"] = m.settings;
   return j;
@@ -110,10 +110,16 @@ DataManifest data_manifest_from_json(const nlohmann::json& j, const std::string&
       if (e.file.find('/') != std::string::npos) throw DataError(where + ": shard file '" + e.file + "' must be a plain name");
       m.shards.push_back(e);
     }
-    for (const auto& s : j.at("sources"))
-      m.sources.push_back({s.at("path").get<std::string>(), s.at("format").get<std::string>(), s.at("gzip").get<bool>(),
+    for (const auto& s : j.at("sources")) {
+      const std::string compression = s.contains("compression") ? s.at("compression").get<std::string>()
+                                      : s.at("gzip").get<bool>() ? "gzip" : "none";
+      if (compression != "none" && compression != "gzip" && compression != "zstd")
+        throw DataError(where + ": source " + s.at("path").get<std::string>() + " has unknown compression '" +
+                        compression + "'");
+      m.sources.push_back({s.at("path").get<std::string>(), s.at("format").get<std::string>(), compression,
                            s.at("bytes").get<int64_t>(), s.at("text_bytes").get<int64_t>(),
                            s.at("documents").get<int64_t>()});
+    }
     m.settings = j.at("settings");
   } catch (const nlohmann::json::exception& e) {
     throw DataError(where + ": malformed manifest: " + e.what());

@@ -34,7 +34,7 @@ struct SplitStats {
 struct SourceStats {
   std::string path;
   std::string format;       // text | jsonl
-  bool gzip = false;
+  std::string compression = "none";  // none | gzip | zstd (manifests before zstd: a "gzip" flag)
   int64_t bytes = 0;        // on disk
   int64_t text_bytes = 0;   // of its non-empty documents
   int64_t documents = 0;

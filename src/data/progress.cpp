@@ -27,7 +27,7 @@ void Progress::print(int64_t done, bool final) {
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   double mb = done / 1e6, rate = s > 0 ? mb / s : 0;
   char eta[32] = "";
-  // The total is an estimate (gzip trailers), so the ETA is too; never negative.
+  // The total is an estimate (gzip trailers, zstd frame headers), so the ETA is too; never negative.
   if (!final && rate > 0 && total_ > done) std::snprintf(eta, sizeof eta, "  ETA %.0fs", (total_ - done) / 1e6 / rate);
   std::fprintf(stderr, "%s%-9s %8.1f/%.1f MB  %6.1f MB/s  %5.1fs%s%s", tty_ ? "\r" : "", label_.c_str(), mb,
                total_ / 1e6, rate, s, eta, tty_ ? "\033[K" : "\n");

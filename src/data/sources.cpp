@@ -1,6 +1,7 @@
 #include "data/sources.h"
 
 #include <unistd.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,14 +18,34 @@ namespace keel {
 
 namespace {
 
-std::string strip_gz(const std::string& name) {
-  return ends_with(name, ".gz") ? name.substr(0, name.size() - 3) : name;
+Compression compression_of(const std::string& name) {
+  if (ends_with(name, ".gz")) return Compression::gzip;
+  if (ends_with(name, ".zst")) return Compression::zstd;
+  return Compression::none;
+}
+
+// The name without its compression suffix.
+std::string uncompressed_name(const std::string& name) {
+  switch (compression_of(name)) {
+    case Compression::gzip: return name.substr(0, name.size() - 3);
+    case Compression::zstd: return name.substr(0, name.size() - 4);
+    case Compression::none: break;
+  }
+  return name;
+}
+
+SourceFormat format_of(const std::string& name) {
+  const std::string base = uncompressed_name(name);
+  if (ends_with(base, ".jsonl")) return SourceFormat::jsonl;
+  if (ends_with(base, ".json") && compression_of(name) != Compression::none) return SourceFormat::jsonl;
+  return SourceFormat::text;
 }
 
 bool wanted_in_directory(const std::string& name) {
   if (name.empty() || name[0] == '.') return false;
-  std::string base = strip_gz(name);
-  for (const char* ext : {".txt", ".text", ".md", ".jsonl"})
+  if (format_of(name) == SourceFormat::jsonl) return true;
+  std::string base = uncompressed_name(name);
+  for (const char* ext : {".txt", ".text", ".md"})
     if (ends_with(base, ext)) return true;
   return false;
 }
@@ -36,8 +57,8 @@ SourceFile describe(const std::string& path) {
   if (::access(path.c_str(), R_OK) != 0)
     throw data_error(path, std::string("not readable: ") + std::strerror(errno));
   std::string name = base_name(path);
-  f.gzip = ends_with(name, ".gz");
-  f.format = ends_with(strip_gz(name), ".jsonl") ? SourceFormat::jsonl : SourceFormat::text;
+  f.compression = compression_of(name);
+  f.format = format_of(name);
   return f;
 }
 
@@ -56,6 +77,15 @@ void walk(const std::string& dir, int depth, std::vector<std::string>& found) {
 }  // namespace
 
 const char* format_name(SourceFormat format) { return format == SourceFormat::jsonl ? "jsonl" : "text"; }
+
+const char* compression_name(Compression compression) {
+  switch (compression) {
+    case Compression::gzip: return "gzip";
+    case Compression::zstd: return "zstd";
+    case Compression::none: break;
+  }
+  return "none";
+}
 
 std::vector<SourceFile> expand_sources(const std::vector<std::string>& sources) {
   if (sources.empty()) throw DataError("data.sources is empty: nothing to prepare");
@@ -79,7 +109,8 @@ std::vector<SourceFile> expand_sources(const std::vector<std::string>& sources) 
         std::vector<std::string> found;
         walk(source, 0, found);
         if (found.empty())
-          throw data_error(source, "directory holds no *.txt, *.text, *.md or *.jsonl files (optionally .gz)");
+          throw data_error(source, "directory holds no *.txt, *.text, *.md or *.jsonl files (optionally .gz or .zst), "
+                                       "nor *.json.gz or *.json.zst");
         for (const auto& f : found) add(f);
         break;
       }
@@ -91,10 +122,20 @@ std::vector<SourceFile> expand_sources(const std::vector<std::string>& sources) 
 }
 
 int64_t estimated_text_bytes(const SourceFile& file) {
-  if (!file.gzip || file.bytes < 18) return file.bytes;
+  if (file.compression == Compression::none) return file.bytes;
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(file.path.c_str(), "rb"), &std::fclose);
+  if (!f) return 3 * file.bytes;
+  if (file.compression == Compression::zstd) {
+    unsigned char head[18];  // ZSTD_FRAMEHEADERSIZE_MAX (in zstd.h's static-linking-only part)
+    const size_t got = std::fread(head, 1, sizeof head, f.get());
+    const unsigned long long size = ZSTD_getFrameContentSize(head, got);
+    if (size == ZSTD_CONTENTSIZE_UNKNOWN || size == ZSTD_CONTENTSIZE_ERROR) return 4 * file.bytes;
+    // A first frame smaller than the file's bytes means more frames follow.
+    return static_cast<int64_t>(size) >= file.bytes ? static_cast<int64_t>(size) : 4 * file.bytes;
+  }
   unsigned char t[4];
-  if (!f || std::fseek(f.get(), -4, SEEK_END) != 0 || std::fread(t, 1, 4, f.get()) != 4) return 3 * file.bytes;
+  if (file.bytes < 18 || std::fseek(f.get(), -4, SEEK_END) != 0 || std::fread(t, 1, 4, f.get()) != 4)
+    return 3 * file.bytes;
   int64_t isize = int64_t(t[0]) | int64_t(t[1]) << 8 | int64_t(t[2]) << 16 | int64_t(t[3]) << 24;
   // ISIZE is the size mod 2^32; below the compressed size it has wrapped.
   return isize >= file.bytes ? isize : 3 * file.bytes;

@@ -1,9 +1,11 @@
-// Reading sources: document boundaries, JSONL, gzip, directory expansion,
+// Reading sources: document boundaries, JSONL, gzip, zstd, directory expansion,
 // and errors that name the file, line and byte offset.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "data/corpus_reader.h"
 #include "data/sources.h"
@@ -102,7 +104,7 @@ TEST(CorpusReader, GzipReadsLikePlainText) {
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i].bytes, zipped[i].bytes);
   EXPECT_EQ(records(dir + "/c.jsonl.gz")[0].bytes, "zipped");
   auto files = expand_sources({dir + "/b.txt.gz"});
-  EXPECT_TRUE(files[0].gzip);
+  EXPECT_EQ(files[0].compression, Compression::gzip);
   EXPECT_EQ(estimated_text_bytes(files[0]), static_cast<int64_t>(text.size()));
 }
 
@@ -118,6 +120,79 @@ TEST(CorpusReader, TruncatedOrFakeGzipIsAnErrorNamingTheFile) {
   msg = decode_error(dir + "/fake.txt.gz");
   expect_contains(msg, dir + "/fake.txt.gz");
   expect_contains(msg, "not gzip");
+}
+
+// zstd (issue 18): DCLM's .jsonl.zst, Dolma's .json.gz / .json.zst (JSON
+// Lines by another name), single and concatenated frames.
+TEST(CorpusReader, ZstdReadsLikePlainTextInOneFrameOrMany) {
+  std::string dir = make_temp_dir("rd");
+  std::string text = join_documents(make_documents(200, 5));
+  write_text(dir + "/a.txt", text);
+  write_zstd(dir + "/b.txt.zst", text);
+  write_zstd(dir + "/c.txt.zst", text, 7);  // frame ends fall inside lines and documents
+  std::string jsonl;
+  for (const auto& d : make_documents(30, 6)) jsonl += nlohmann::json{{"text", d}}.dump() + "\n";
+  write_zstd(dir + "/d.jsonl.zst", jsonl, 3);
+  write_zstd(dir + "/e.json.zst", jsonl);
+  write_gzip(dir + "/f.json.gz", jsonl);
+  write_zstd(dir + "/empty.txt.zst", "");
+  const auto plain = records(dir + "/a.txt");
+  ASSERT_EQ(plain.size(), 200u);
+  for (const char* name : {"/b.txt.zst", "/c.txt.zst"}) {
+    const auto z = records(dir + name);
+    ASSERT_EQ(z.size(), plain.size()) << name;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_EQ(z[i].bytes, plain[i].bytes) << name << " document " << i;
+      EXPECT_EQ(z[i].offset, plain[i].offset) << name << " document " << i;  // offsets are uncompressed
+    }
+  }
+  const auto json = records(dir + "/d.jsonl.zst");
+  ASSERT_EQ(json.size(), 30u);
+  for (const char* name : {"/e.json.zst", "/f.json.gz"}) {
+    const auto j = records(dir + name);
+    ASSERT_EQ(j.size(), json.size()) << name;
+    for (size_t i = 0; i < json.size(); ++i) EXPECT_EQ(j[i].bytes, json[i].bytes) << name;
+  }
+  EXPECT_TRUE(records(dir + "/empty.txt.zst").empty());
+  auto files = expand_sources({dir + "/b.txt.zst", dir + "/c.txt.zst", dir + "/e.json.zst"});
+  EXPECT_EQ(files[0].compression, Compression::zstd);
+  EXPECT_EQ(files[0].format, SourceFormat::text);
+  EXPECT_EQ(files[2].format, SourceFormat::jsonl);
+  // The frame header holds the size: exact for one frame, an estimate for several.
+  EXPECT_EQ(estimated_text_bytes(files[0]), static_cast<int64_t>(text.size()));
+  EXPECT_GT(estimated_text_bytes(files[1]), 0);
+}
+
+TEST(CorpusReader, TruncatedCorruptOrFakeZstdNamesTheFileAndOffset) {
+  std::string dir = make_temp_dir("rd");
+  const std::string text = join_documents(make_documents(300, 4));
+  const std::string bytes = zstd_bytes(text);
+  ASSERT_LT(bytes.size(), text.size() / 2);
+  // Cut inside the frame: the stream ends before the frame does.
+  write_text(dir + "/cut.txt.zst", bytes.substr(0, bytes.size() / 2));
+  std::string msg = decode_error(dir + "/cut.txt.zst");
+  expect_contains(msg, dir + "/cut.txt.zst");
+  expect_contains(msg, "ends inside a frame at compressed byte offset " + std::to_string(bytes.size() / 2));
+  // A flipped byte in the compressed data: a decoding or checksum error, with
+  // an offset inside the file.
+  std::string flipped = bytes;
+  flipped[flipped.size() / 2] ^= 0x5A;
+  write_text(dir + "/flipped.txt.zst", flipped);
+  msg = decode_error(dir + "/flipped.txt.zst");
+  expect_contains(msg, dir + "/flipped.txt.zst");
+  expect_contains(msg, "zstd error near compressed byte offset ");
+  const auto at = msg.find("compressed byte offset ");
+  EXPECT_LE(std::stoll(msg.substr(at + 23)), static_cast<long long>(bytes.size())) << msg;
+  // A second frame that is damaged after a good first one.
+  write_text(dir + "/second.txt.zst", zstd_bytes("first frame\n") + "\x28\xb5\x2f\xfd garbage");
+  msg = decode_error(dir + "/second.txt.zst");
+  expect_contains(msg, dir + "/second.txt.zst");
+  expect_contains(msg, "zstd");
+  // Not zstd at all, and too short to be.
+  write_text(dir + "/fake.txt.zst", "not compressed at all\n");
+  expect_contains(decode_error(dir + "/fake.txt.zst"), "not zstd-compressed");
+  write_text(dir + "/short.txt.zst", "ab");
+  expect_contains(decode_error(dir + "/short.txt.zst"), "not zstd-compressed");
 }
 
 TEST(CorpusReader, InvalidUtf8NamesFileLineAndOffset) {
@@ -153,16 +228,23 @@ TEST(Sources, DirectoriesAreWalkedInOrderWithFilters) {
   write_text(dir + "/b.txt", "b");
   write_text(dir + "/a/z.md", "z");
   write_text(dir + "/a/y.jsonl.gz", "");
+  write_text(dir + "/a/w.json.zst", "");   // Dolma / DCLM: JSON Lines
+  write_text(dir + "/a/v.json", "{}");     // plain .json is not read from a directory
   write_text(dir + "/c.txt.gz", "");
+  write_text(dir + "/d.jsonl.zst", "");
   write_text(dir + "/skip.bin", "binary");
   write_text(dir + "/.hidden.txt", "hidden");
   write_text(dir + "/.git/x.txt", "git");
   auto files = expand_sources({dir});
   std::vector<std::string> paths;
   for (const auto& f : files) paths.push_back(f.path.substr(dir.size() + 1));
-  EXPECT_EQ(paths, (std::vector<std::string>{"a/y.jsonl.gz", "a/z.md", "b.txt", "c.txt.gz"}));
+  EXPECT_EQ(paths, (std::vector<std::string>{"a/w.json.zst", "a/y.jsonl.gz", "a/z.md", "b.txt", "c.txt.gz",
+                                              "d.jsonl.zst"}));
   EXPECT_EQ(files[0].format, SourceFormat::jsonl);
-  EXPECT_TRUE(files[0].gzip);
+  EXPECT_EQ(files[0].compression, Compression::zstd);
+  files.erase(files.begin());
+  EXPECT_EQ(files[0].format, SourceFormat::jsonl);
+  EXPECT_EQ(files[0].compression, Compression::gzip);
   EXPECT_EQ(files[1].format, SourceFormat::text);
   // A listed file is read whatever its name.
   EXPECT_EQ(expand_sources({dir + "/skip.bin"}).size(), 1u);

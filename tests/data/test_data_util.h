@@ -4,7 +4,9 @@
 
 #include <unistd.h>
 #include <zlib.h>
+#include <zstd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <random>
@@ -48,6 +50,29 @@ inline void write_gzip(const std::string& path, const std::string& content) {
   if (!f || gzwrite(f, content.data(), static_cast<unsigned>(content.size())) != static_cast<int>(content.size()))
     throw std::runtime_error("gzwrite failed for " + path);
   gzclose(f);
+}
+
+// `content` as zstd with the content checksum (as the zstd tool writes it),
+// split into `frames` concatenated frames (as pzstd and zstd -T write it).
+inline std::string zstd_bytes(const std::string& content, int frames = 1) {
+  std::string out;
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+  const size_t piece = content.size() / static_cast<size_t>(frames) + 1;
+  for (size_t at = 0; at < content.size() || (at == 0 && content.empty()); at += piece) {
+    const size_t n = std::min(piece, content.size() - at);
+    std::string buf(ZSTD_compressBound(n), '\0');
+    const size_t got = ZSTD_compress2(cctx, buf.data(), buf.size(), content.data() + at, n);
+    if (ZSTD_isError(got)) throw std::runtime_error(std::string("zstd: ") + ZSTD_getErrorName(got));
+    out.append(buf.data(), got);
+    if (content.empty()) break;
+  }
+  ZSTD_freeCCtx(cctx);
+  return out;
+}
+
+inline void write_zstd(const std::string& path, const std::string& content, int frames = 1) {
+  write_text(path, zstd_bytes(content, frames));
 }
 
 // Deterministic pseudo-English documents: sentences over a small word list,

@@ -71,6 +71,37 @@ int64_t mtime_ns(const std::string& path) {
 
 }  // namespace
 
+// A zstd source prepares to the same tokens as its plain text; the manifest
+// records the compression, and a manifest from before zstd (a "gzip" flag)
+// still reads.
+TEST(Prepare, ZstdSourcesGiveTheTokensOfTheirText) {
+  std::string root = make_temp_dir("prep_zstd");
+  const std::string text = join_documents(make_documents(120, 21));
+  write_text(root + "/plain/a.txt", text);
+  write_zstd(root + "/packed/a.txt.zst", text, 3);
+  PrepareResult plain = prepare_quietly(tiny_config(root + "/out_plain", {root + "/plain"}));
+  PrepareResult packed = prepare_quietly(tiny_config(root + "/out_packed", {root + "/packed"}));
+  EXPECT_EQ(packed.manifest.sources.at(0).compression, "zstd");
+  EXPECT_EQ(packed.manifest.sources.at(0).text_bytes, plain.manifest.sources.at(0).text_bytes);
+  EXPECT_EQ(decoded_documents(root + "/out_packed", "train"), decoded_documents(root + "/out_plain", "train"));
+  EXPECT_EQ(decoded_documents(root + "/out_packed", "val"), decoded_documents(root + "/out_plain", "val"));
+  ASSERT_EQ(packed.manifest.shards.size(), plain.manifest.shards.size());
+  for (size_t i = 0; i < plain.manifest.shards.size(); ++i)
+    EXPECT_EQ(packed.manifest.shards[i].crc32, plain.manifest.shards[i].crc32) << i;
+
+  auto j = data_manifest_to_json(packed.manifest);
+  j["sources"][0].erase("compression");
+  j["sources"][0]["gzip"] = true;
+  EXPECT_EQ(data_manifest_from_json(j, "old manifest").sources[0].compression, "gzip");
+  j["sources"][0]["compression"] = "lz4";
+  try {
+    data_manifest_from_json(j, "odd manifest");
+    ADD_FAILURE() << "an unknown compression was accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown compression 'lz4'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Prepare, ShardsDecodeBackToTheDocuments) {
   std::string root = make_temp_dir("prep");
   auto docs_a = make_documents(150, 11), docs_b = make_documents(60, 12);
@@ -91,7 +122,8 @@ TEST(Prepare, ShardsDecodeBackToTheDocuments) {
   EXPECT_EQ(m.sources[0].path, root + "/src/a.txt");
   EXPECT_EQ(m.sources[0].documents, 150);
   EXPECT_EQ(m.sources[1].format, "jsonl");
-  EXPECT_TRUE(m.sources[2].gzip);
+  EXPECT_EQ(m.sources[2].compression, "gzip");
+  EXPECT_EQ(m.sources[0].compression, "none");
   EXPECT_EQ(m.tokenizer.vocab_size, 400);
   EXPECT_EQ(m.tokenizer.eos_id, 2);
   EXPECT_EQ(m.tokenizer.origin, "trained");

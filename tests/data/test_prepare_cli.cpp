@@ -58,6 +58,17 @@ TEST(PrepareCli, BadInputExitsWithTwoAndNamesTheFile) {
   EXPECT_NE(out.find(root + "/bad.jsonl:2"), std::string::npos) << out;
   EXPECT_EQ(run_keel("prepare " + cfg + " --quiet --set data.bogus=1", &out), 2) << out;  // config error
 
+  // A zstd file cut short: exit 2 naming the file and the offset, and no
+  // prepared directory (nothing half-written becomes data.dir).
+  const std::string packed = zstd_bytes(join_documents(make_documents(300, 7)));
+  write_text(root + "/cut.txt.zst", packed.substr(0, packed.size() * 2 / 3));
+  cfg = write_config(root, "[" + root + "/cut.txt.zst]");
+  EXPECT_EQ(run_keel("prepare " + cfg + " --quiet", &out), 2) << out;
+  EXPECT_NE(out.find(root + "/cut.txt.zst"), std::string::npos) << out;
+  EXPECT_NE(out.find("compressed byte offset " + std::to_string(packed.size() * 2 / 3)), std::string::npos) << out;
+  EXPECT_FALSE(exists(root + "/data"));
+  for (const auto& name : keel::list_directory(root)) EXPECT_NE(name.rfind("data.tmp-", 0), 0u) << name;
+
   write_text(root + "/a.txt", join_documents(make_documents(100, 6)));
   cfg = write_config(root, "[" + root + "/a.txt]");
   EXPECT_EQ(run_keel("prepare " + cfg + " --quiet --set model.vocab_size=270", &out), 2) << out;

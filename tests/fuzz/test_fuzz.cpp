@@ -20,6 +20,7 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "config/config.h"
+#include "data/corpus_reader.h"
 #include "data/manifest.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -28,6 +29,7 @@
 #include "interop/hf_tokenizer.h"
 #include "model/init.h"
 #include "sweep/sweep_spec.h"
+#include "data/test_data_util.h"
 #include "test_util.h"
 #include "train/optimizer.h"
 #include "train/train_state.h"
@@ -254,6 +256,29 @@ TEST(Fuzz, DataManifest) {
     keel_test::write_file(dir + "/manifest.json", text);
     read_data_manifest(dir);
   });
+}
+
+// Compressed corpora (zstd and gzip), read and decoded as keel prepare does.
+TEST(Fuzz, CompressedCorpus) {
+  const std::string dir = dir_for("corpus");
+  std::string jsonl;
+  for (const auto& d : keel_test::make_documents(20, 9)) jsonl += nlohmann::json{{"text", d}}.dump() + "\n";
+  const std::string text = keel_test::join_documents(keel_test::make_documents(20, 10));
+  auto read_all = [&](const std::string& name, const std::string& bytes) {
+    keel_test::write_file(dir + "/" + name, bytes);
+    const auto files = expand_sources({dir + "/" + name});
+    read_records(files[0], 0, "%", [&](Record&& r) {
+      decode_record(r, files[0]);
+      return true;
+    });
+  };
+  const std::vector<std::string> zstd = {keel_test::zstd_bytes(jsonl), keel_test::zstd_bytes(jsonl, 3)};
+  fuzz("corpus .jsonl.zst", zstd, 4000, 11, [&](const std::string& b) { read_all("c.jsonl.zst", b); });
+  const std::vector<std::string> ztext = {keel_test::zstd_bytes(text, 2)};
+  fuzz("corpus .txt.zst", ztext, 2000, 12, [&](const std::string& b) { read_all("c.txt.zst", b); });
+  keel_test::write_gzip(dir + "/seed.jsonl.gz", jsonl);
+  const std::vector<std::string> gz = {keel_test::read_file(dir + "/seed.jsonl.gz")};
+  fuzz("corpus .jsonl.gz", gz, 2000, 13, [&](const std::string& b) { read_all("c.jsonl.gz", b); });
 }
 
 TEST(Fuzz, TokenShard) {
