@@ -14,6 +14,8 @@ void declare_data_keys(Schema& s, DataConfig& d) {
   auto& mb = s.integer("data.tokenizer_sample_mb", &d.tokenizer_sample_mb, "MB of text sampled to train the tokenizer");
   mb.min = 1;
   mb.max = 4096;
+  s.text("data.text_field", &d.text_field,
+         "JSON Lines sources: the string field holding each document (\"text\" in FineWeb, Dolma, DCLM)");
   s.text("data.doc_separator", &d.doc_separator,
          "text files: a line equal to this ends a document; empty = one document per file");
   auto& v = s.real("data.val_fraction", &d.val_fraction, "fraction of documents held out for validation (by text hash)");
@@ -68,6 +70,7 @@ void check_data(const Config& c, ConfigErrors& e) {
     if (s.empty()) e.add("data.sources", "contains an empty path");
   if (d.doc_separator.find('\n') != std::string::npos || d.doc_separator.find('\r') != std::string::npos)
     e.add("data.doc_separator", "is compared with whole lines, so it cannot contain a line break");
+  if (d.text_field.empty()) e.add("data.text_field", "must name a field");
   parse_skip_batches(d.skip_batches, &e);
 }
 

@@ -24,6 +24,7 @@ struct DataConfig {
   TokenizerType tokenizer_type = TokenizerType::bpe;  // bpe | unigram
   int64_t tokenizer_sample_mb = 16;        // MB of text used to train the tokenizer
   std::string doc_separator = "<|endoftext|>"; // text files: a line equal to this ends a document
+  std::string text_field = "text";         // JSON Lines: the string field that holds a document
   double val_fraction = 0.05;              // documents held out for validation (by hash)
   int64_t shard_tokens = 16777216;         // tokens per shard
   int64_t threads = 0;                     // encoding threads; 0: all cores

@@ -256,11 +256,11 @@ bool decode_record(Record& r, const SourceFile& file) {
       throw data_error(file.path + ":" + std::to_string(r.line),
                        "invalid JSON line (byte offset " + std::to_string(at) + "): " + e.what());
     }
-    auto it = j.is_object() ? j.find("text") : j.end();
+    auto it = j.is_object() ? j.find(file.text_field) : j.end();
     if (!j.is_object() || it == j.end() || !it->is_string())
       throw data_error(file.path + ":" + std::to_string(r.line),
-                       "expected a JSON object with a string field \"text\" (byte offset " +
-                           std::to_string(r.offset) + ")");
+                       "expected a JSON object with a string field \"" + file.text_field + "\" (byte offset " +
+                           std::to_string(r.offset) + "; data.text_field names the field)");
     r.bytes = it->get<std::string>();
   }
   size_t bad = first_invalid_utf8(r.bytes);
@@ -268,7 +268,8 @@ bool decode_record(Record& r, const SourceFile& file) {
     char hex[8];
     std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(r.bytes[bad]));
     if (file.format == SourceFormat::jsonl)  // nlohmann rejects this first; kept as a guard
-      throw data_error(file.path + ":" + std::to_string(r.line), std::string("invalid UTF-8 in \"text\" (") + hex + ")");
+      throw data_error(file.path + ":" + std::to_string(r.line),
+                       "invalid UTF-8 in \"" + file.text_field + "\" (" + hex + ")");
     int64_t line = r.line + std::count(r.bytes.begin(), r.bytes.begin() + static_cast<std::ptrdiff_t>(bad), '\n');
     throw data_error(file.path + ":" + std::to_string(line), "invalid UTF-8 at byte offset " +
                                                                  std::to_string(r.offset + static_cast<int64_t>(bad)) +

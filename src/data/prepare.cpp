@@ -130,7 +130,7 @@ std::string make_tokenizer(const Config& c, const std::vector<SourceFile>& files
 
 PrepareResult prepare_locked(const Config& c, const PrepareOptions& o, const std::string& dir) {
   const auto t0 = Clock::now();
-  std::vector<SourceFile> files = expand_sources(c.data.sources);
+  std::vector<SourceFile> files = expand_sources(c.data.sources, c.data.text_field);
   const std::string named_sha = c.data.tokenizer.empty() ? "" : sha256_file(c.data.tokenizer);
   nlohmann::json settings = prepare_settings(c, files, named_sha);
   const std::string fingerprint = settings_fingerprint(settings);
@@ -218,7 +218,7 @@ DataManifest ensure_prepared(const Config& c, const PrepareOptions& o) {
   check_named_tokenizer(c, m, dir);
   std::vector<SourceFile> files;
   try {
-    files = expand_sources(c.data.sources);
+    files = expand_sources(c.data.sources, c.data.text_field);
   } catch (const Error& e) {  // DataError or FileError
     // Prepared data may travel without its raw sources (e.g. to a GPU box).
     say(o, std::string("warning: cannot check data.sources against ") + dir + " (" + e.what() +

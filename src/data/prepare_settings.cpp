@@ -14,6 +14,8 @@ nlohmann::json prepare_settings(const Config& c, const std::vector<SourceFile>& 
   s["sources"] = nlohmann::json::array();
   for (const auto& f : files) s["sources"].push_back({{"path", f.path}, {"bytes", f.bytes}});
   s["doc_separator"] = c.data.doc_separator;
+  // Only when set: directories prepared before the key existed keep their fingerprint.
+  if (c.data.text_field != "text") s["text_field"] = c.data.text_field;
   s["val_fraction"] = c.data.val_fraction;
   s["shard_tokens"] = c.data.shard_tokens;
   if (c.data.tokenizer.empty())

@@ -2,8 +2,9 @@
 //
 // They are: the format version, the source files (paths as listed and sizes,
 // so appending to a file counts as a change), the document separator, the
-// validation fraction, the shard size, and either the tokenizer training
-// settings (type, vocab size, sample size) or the reused tokenizer's sha256.
+// JSON Lines text field (when not "text"), the validation fraction, the shard
+// size, and either the tokenizer training settings (type, vocab size, sample
+// size) or the reused tokenizer's sha256.
 // Deliberately absent: data.threads and data.prefetch, which do not change
 // the output. A manifest stores them; equal settings mean nothing to redo.
 #pragma once

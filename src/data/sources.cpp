@@ -87,7 +87,7 @@ const char* compression_name(Compression compression) {
   return "none";
 }
 
-std::vector<SourceFile> expand_sources(const std::vector<std::string>& sources) {
+std::vector<SourceFile> expand_sources(const std::vector<std::string>& sources, const std::string& text_field) {
   if (sources.empty()) throw DataError("data.sources is empty: nothing to prepare");
   std::vector<SourceFile> files;
   std::set<std::string> seen;  // real paths
@@ -95,6 +95,7 @@ std::vector<SourceFile> expand_sources(const std::vector<std::string>& sources) 
     if (!seen.insert(real_path(path)).second)
       throw data_error(path, "reached twice through data.sources; its documents would be counted twice");
     files.push_back(describe(path));
+    files.back().text_field = text_field;
   };
   for (std::string source : sources) {
     while (source.size() > 1 && source.back() == '/') source.pop_back();

@@ -8,7 +8,8 @@
 //     starting with '.' are skipped.
 //   - Files are ordered as listed; inside a directory, depth first with names
 //     in byte order, so every machine reads them in the same order.
-//   - *.jsonl(.gz|.zst) is JSON Lines with a string field "text", and so is a
+//   - *.jsonl(.gz|.zst) is JSON Lines with a string field "text" (or
+//     data.text_field), and so is a
 //     compressed *.json (Dolma and DCLM ship JSON Lines as .json.gz and
 //     .json.zst); anything else is text. A name ending in .gz is read through
 //     zlib, one ending in .zst through libzstd (concatenated frames included).
@@ -30,11 +31,14 @@ struct SourceFile {
   int64_t bytes = 0;     // size on disk
   SourceFormat format = SourceFormat::text;
   Compression compression = Compression::none;
+  std::string text_field = "text";  // JSON Lines: the field holding the document (data.text_field)
 };
 
 // Throws DataError naming the first path that does not exist, is not a
 // regular file or directory, or cannot be read; and when nothing is found.
-std::vector<SourceFile> expand_sources(const std::vector<std::string>& sources);
+// `text_field` is data.text_field, for the JSON Lines files among them.
+std::vector<SourceFile> expand_sources(const std::vector<std::string>& sources,
+                                       const std::string& text_field = "text");
 
 // Estimated uncompressed size: the size on disk; for gzip the ISIZE field of
 // the trailer (exact for single-member files under 4 GiB); for zstd the first

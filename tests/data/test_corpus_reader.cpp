@@ -195,6 +195,25 @@ TEST(CorpusReader, TruncatedCorruptOrFakeZstdNamesTheFileAndOffset) {
   expect_contains(decode_error(dir + "/short.txt.zst"), "not zstd-compressed");
 }
 
+// data.text_field: FineWeb-style dumps that keep the document elsewhere.
+TEST(CorpusReader, JsonlTextFieldNamesTheDocumentsField) {
+  std::string dir = make_temp_dir("rd");
+  write_zstd(dir + "/a.jsonl.zst", "{\"content\": \"first\", \"text\": 3}\n{\"content\": \"second\"}\n");
+  auto files = expand_sources({dir + "/a.jsonl.zst"}, "content");
+  ASSERT_EQ(files[0].text_field, "content");
+  std::vector<std::string> docs;
+  read_records(files[0], 0, "", [&](Record&& r) {
+    if (decode_record(r, files[0])) docs.push_back(r.bytes);
+    return true;
+  });
+  EXPECT_EQ(docs, (std::vector<std::string>{"first", "second"}));
+  // The default field is "text", here a number: the error names it and the key.
+  const std::string msg = decode_error(dir + "/a.jsonl.zst");
+  expect_contains(msg, dir + "/a.jsonl.zst:1");
+  expect_contains(msg, "string field \"text\"");
+  expect_contains(msg, "data.text_field");
+}
+
 TEST(CorpusReader, InvalidUtf8NamesFileLineAndOffset) {
   std::string dir = make_temp_dir("rd");
   write_text(dir + "/bad.txt", "good line\n%\nline two\nbad \xFF here\n");

@@ -8,6 +8,8 @@
 #include <set>
 
 #include "data/manifest.h"
+#include "data/prepare_settings.h"
+#include "data/sources.h"
 #include "data/token_stream.h"
 #include "data/tokenizer.h"
 #include "test_data_util.h"
@@ -100,6 +102,22 @@ TEST(Prepare, ZstdSourcesGiveTheTokensOfTheirText) {
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find("unknown compression 'lz4'"), std::string::npos) << e.what();
   }
+}
+
+// data.text_field is part of the settings only when set, so directories
+// prepared before the key existed keep their fingerprint.
+TEST(Prepare, TextFieldEntersTheSettingsOnlyWhenSet) {
+  std::string root = make_temp_dir("prep_field");
+  std::string jsonl;
+  for (const auto& d : make_documents(60, 22)) jsonl += nlohmann::json{{"body", d}, {"text", 1}}.dump() + "\n";
+  write_text(root + "/a.jsonl", jsonl);
+  Config c = tiny_config(root + "/out", {root + "/a.jsonl"});
+  EXPECT_FALSE(prepare_settings(c, expand_sources(c.data.sources), "").contains("text_field"));
+  EXPECT_THROW(prepare_quietly(c), DataError);  // "text" is a number here
+  c.data.text_field = "body";
+  PrepareResult r = prepare_quietly(c);
+  EXPECT_EQ(r.manifest.train.documents + r.manifest.val.documents, 60);
+  EXPECT_EQ(r.manifest.settings.at("text_field"), "body");
 }
 
 TEST(Prepare, ShardsDecodeBackToTheDocuments) {
