@@ -50,6 +50,7 @@ point; see docs/sweeps.md) are in `sweeps/`:
 | `sweeps/scaling-lr-cpu.yaml` | the model-size axis (Wortsman et al. Fig. 1): widths 64 / 128 / 256 × none / qk-layernorm × 6 LRs (1e-3 … 0.3), 200 steps; 36 points on 2 cores ([result](../docs/results/scaling-lr-cpu/report.md)) |
 | `sweeps/scaling-lr-gpu.yaml` | the same study on one GPU: d256×4, d512×8, d768×12 layers (3M–85M non-embedding parameters), 1,000 steps, bf16; not yet run |
 | `sweeps/output-logit-cpu.yaml` | output-logit divergence (Wortsman et al. §3.2): no weight decay, with and without z-loss × 4 LRs, 500 steps ([result](../docs/results/output-logit-cpu/report.md)) |
+| `sweeps/optimizers-lr-cpu.yaml` | AdamW against Muon, each with no stabiliser, QK-Norm (RMS per head) and QK-clip τ = 100 (MuonClip) × 7 LRs (1e-3 … 1) × 2 seeds, 200 steps; 84 points on 2 cores ([result](../docs/results/optimizers-lr-cpu/report.md)) |
 
 ## Where the variants come from
 
