@@ -55,7 +55,7 @@ class Input {
   size_t read(char* dst, size_t n) {
     size_t got = 0;
     switch (compression_) {
-      case Compression::none: got = read_plain(dst, n); break;
+      case Compression::none: got = read_raw(dst, n); break;
       case Compression::gzip: got = read_gzip(dst, n); break;
       case Compression::zstd: got = read_zstd(dst, n); break;
     }
@@ -69,8 +69,6 @@ class Input {
     if (got < n && std::ferror(file_)) throw data_error(path_, std::string("read error: ") + std::strerror(errno));
     return got;
   }
-
-  size_t read_plain(char* dst, size_t n) { return read_raw(dst, n); }
 
   size_t read_gzip(char* dst, size_t n) {
     int got = gzread(gz_, dst, static_cast<unsigned>(std::min<size_t>(n, 1u << 30)));
