@@ -8,10 +8,13 @@ ARG BASE=pytorch/pytorch:2.11.0-cuda13.0-cudnn9-devel
 FROM ${BASE}
 
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        build-essential cmake ninja-build pkg-config git zlib1g-dev libzstd-dev \
+        build-essential cmake ninja-build pkg-config git zlib1g-dev libzstd-dev libpcre2-dev libutf8proc-dev \
         libyaml-cpp-dev libspdlog-dev libfmt-dev libsentencepiece-dev sentencepiece \
         libcli11-dev nlohmann-json3-dev libgtest-dev libgloo-dev \
     && rm -rf /var/lib/apt/lists/*
+
+# Parquet sources: keel links the Arrow C++ libraries of the pyarrow wheel.
+RUN python -m pip install --no-cache-dir pyarrow==26.0.1
 
 WORKDIR /keel
 COPY . .

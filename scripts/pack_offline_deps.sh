@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 out=${1:-offline-deps}
 pkgs=(libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
       libsentencepiece-dev libsentencepiece0 libcli11-dev nlohmann-json3-dev
-      libgtest-dev googletest zlib1g-dev zlib1g libzstd-dev libzstd1 libgloo-dev)
+      libgtest-dev googletest zlib1g-dev zlib1g libzstd-dev libzstd1
+      libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 libgloo-dev)
 bash scripts/setup.sh --no-build > /dev/null   # makes sure the packages are installed
 rm -rf "$out"
 mkdir -p "$out"

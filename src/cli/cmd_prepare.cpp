@@ -3,6 +3,7 @@
 // prepared with the same settings; bad config or data raise keel errors.
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <iostream>
 #include <memory>
 
@@ -22,6 +23,28 @@ struct PrepareArgs {
   bool quiet = false;   // no progress lines
 };
 
+// With weighted sources: each entry's share of the train tokens beside the
+// share of sequences its weight asks for (the loader up- or downsamples).
+std::string mixture_summary(const Config& config, const DataManifest& m) {
+  const auto mixture = data_mixture(config.data);
+  if (mixture.empty()) return "";
+  std::vector<int64_t> tokens(mixture.size(), 0);
+  for (const auto& s : m.sources)
+    if (s.entry >= 0 && s.entry < static_cast<int64_t>(tokens.size())) tokens[s.entry] += s.train_tokens;
+  double weights = 0;
+  for (const auto& [path, w] : mixture) weights += w;
+  std::string out;
+  char line[512];
+  for (size_t i = 0; i < mixture.size(); ++i) {
+    std::snprintf(line, sizeof line, "%s data.sources[%zu] %s: %lld train tokens (%.1f%%), weight %g (%.1f%% of sequences)\n",
+                  i == 0 ? "mixture   " : "          ", i, mixture[i].first.c_str(), static_cast<long long>(tokens[i]),
+                  m.train.tokens > 0 ? 100.0 * tokens[i] / m.train.tokens : 0.0, mixture[i].second,
+                  100 * mixture[i].second / weights);
+    out += line;
+  }
+  return out;
+}
+
 int run_prepare(const PrepareArgs& a) {
   Config config = load_config(a.config.path, a.config.overrides);
   if (a.verify) {
@@ -37,7 +60,7 @@ int run_prepare(const PrepareArgs& a) {
   if (!r.built)
     std::cout << config.data.dir << " is already prepared with these sources and settings; nothing to do "
               << "(--force rebuilds it)\n";
-  std::cout << prepare_summary(r.manifest, config.data.dir);
+  std::cout << prepare_summary(r.manifest, config.data.dir) << mixture_summary(config, r.manifest);
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include "model/generate.h"
 #include "model/init.h"
 #include "train/train_state.h"
+#include "util/error.h"
 
 namespace keel {
 
@@ -27,7 +28,10 @@ static int run_sample(const std::string& path, const std::string& prompt, const 
     Config config = checkpoint_config(dir);
     Transformer model(config.model);
     load_training_checkpoint(dir, model, nullptr, nullptr);
-    Tokenizer tokenizer(dir + "/tokenizer.model");
+    const std::string tokenizer_path = checkpoint_tokenizer(dir);
+    if (tokenizer_path.empty())
+      throw CheckpointError(dir + " holds no tokenizer.model or tokenizer.json: keel sample needs the tokenizer");
+    Tokenizer tokenizer(tokenizer_path);
     std::vector<int64_t> ids;
     for (int32_t id : tokenizer.encode(prompt)) ids.push_back(id);
     if (ids.empty()) ids.push_back(tokenizer.eos_id());  // an empty prompt starts a new document

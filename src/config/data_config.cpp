@@ -8,8 +8,12 @@ void declare_data_keys(Schema& s, DataConfig& d) {
   s.text("data.dir", &d.dir, "directory of prepared token shards, manifest and tokenizer");
   s.text_list("data.sources", &d.sources,
               "text files, directories (recursive) or .jsonl files with a \"text\" field; any may be .gz or .zst "
-              "(.json.gz / .json.zst are JSON Lines)");
-  s.text("data.tokenizer", &d.tokenizer, "existing SentencePiece .model to reuse; empty = train one");
+              "(.json.gz / .json.zst are JSON Lines); entries {path: P, weight: W} make a mixture: each source "
+              "gives a W/sum(W) share of the training sequences, upsampled or capped to it")
+      .weights = &d.source_weights;
+  s.text("data.tokenizer", &d.tokenizer,
+         "existing tokenizer to reuse: a SentencePiece .model or a Hugging Face byte-level BPE tokenizer.json "
+         "(GPT-2, Llama 3, Qwen 2/3, OLMo 2); empty = train one");
   s.choice("data.tokenizer_type", &d.tokenizer_type, {}, "SentencePiece model type to train");
   auto& mb = s.integer("data.tokenizer_sample_mb", &d.tokenizer_sample_mb, "MB of text sampled to train the tokenizer");
   mb.min = 1;
@@ -35,6 +39,13 @@ void declare_data_keys(Schema& s, DataConfig& d) {
               "training batches to skip, each \"AFTER:COUNT\": after step AFTER the data order moves on by COUNT "
               "batches; what monitor.on_spike: rewind records (summary.json \"data_skips\"), to replay such a run "
               "from the start");
+}
+
+std::vector<std::pair<std::string, double>> data_mixture(const DataConfig& d) {
+  std::vector<std::pair<std::string, double>> out;
+  if (d.source_weights.size() != d.sources.size()) return out;
+  for (size_t i = 0; i < d.sources.size(); ++i) out.emplace_back(d.sources[i], d.source_weights[i]);
+  return out;
 }
 
 std::vector<SkipRange> parse_skip_batches(const std::vector<std::string>& entries, ConfigErrors* errors) {

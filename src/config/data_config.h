@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/choice.h"
@@ -20,6 +21,10 @@ KEEL_CHOICE(TokenizerType, "bpe", "unigram");
 struct DataConfig {
   std::string dir = "runs/data/default";   // prepared shards + manifest + tokenizer
   std::vector<std::string> sources = {"data/corpus.txt.gz"}; // inputs for `keel prepare`
+  // A mixture: one weight per source ({path, weight} entries), empty for
+  // none. Applied when training draws sequences (data/mixture.h), not when
+  // preparing, so changing weights re-tokenizes nothing.
+  std::vector<double> source_weights;
   std::string tokenizer = "";              // existing .model to reuse; empty: train one
   TokenizerType tokenizer_type = TokenizerType::bpe;  // bpe | unigram
   int64_t tokenizer_sample_mb = 16;        // MB of text used to train the tokenizer
@@ -44,6 +49,10 @@ struct SkipRange {
 };
 // data.skip_batches' "AFTER:COUNT" entries (AFTER >= 0, COUNT >= 1); each
 // malformed one is added to `errors`, naming its index.
+// data.sources with their weights as BatchLoader takes a mixture: empty
+// when no entry has a weight.
+std::vector<std::pair<std::string, double>> data_mixture(const DataConfig& d);
+
 std::vector<SkipRange> parse_skip_batches(const std::vector<std::string>& entries, ConfigErrors* errors);
 
 }  // namespace keel

@@ -205,12 +205,50 @@ void Schema::set_value(const KeyDef& key, const YAML::Node& value, const std::st
   };
   if (key.kind == KeyKind::text_list) {
     auto* field = static_cast<std::vector<std::string>*>(key.target);
+    if (key.weights) key.weights->clear();
     if (value.IsSequence()) {
       field->clear();
+      std::vector<double> weights;
+      size_t weighted = 0;
       for (const auto& v : value) {
-        if (!v.IsScalar()) return bad("a list of strings");
+        const std::string at = key.path + "[" + std::to_string(field->size()) + "]";
+        if (v.IsMap() && key.weights) {
+          double w = 0;
+          for (const auto& kv : v) {
+            const std::string k = kv.first.IsScalar() ? kv.first.Scalar() : "?";
+            if (k != "path" && k != "weight") {
+              errors.add(at + "." + k, "unknown key; a weighted source is {path: ..., weight: ...}" + where);
+              return;
+            }
+          }
+          if (!v["path"] || !v["path"].IsScalar() || v["path"].Scalar().empty()) {
+            errors.add(at + ".path", "missing: a weighted source is {path: ..., weight: ...}" + where);
+            return;
+          }
+          if (!v["weight"] || !v["weight"].IsScalar() || !parse_real(v["weight"].Scalar(), &w) || !(w > 0) ||
+              !std::isfinite(w)) {
+            errors.add(at + ".weight", "must be a positive number" + where);
+            return;
+          }
+          field->push_back(v["path"].Scalar());
+          weights.push_back(w);
+          ++weighted;
+          continue;
+        }
+        if (!v.IsScalar()) return bad(key.weights ? "a list of paths or {path, weight} mappings" : "a list of strings");
         field->push_back(v.Scalar());
+        weights.push_back(0);
       }
+      if (weighted > 0 && weighted < field->size()) {
+        for (size_t i = 0; i < weights.size(); ++i)
+          if (weights[i] == 0) {
+            errors.add(key.path + "[" + std::to_string(i) + "]",
+                       "has no weight while others have: in a mixture every source is {path: ..., weight: ...}" + where);
+            break;
+          }
+        return;
+      }
+      if (weighted > 0) *key.weights = weights;
     } else if (value.IsScalar()) {
       *field = {value.Scalar()};
     } else if (value.IsNull()) {
@@ -356,8 +394,13 @@ std::string Schema::value_string(const KeyDef& key) const {
     case KeyKind::choice: return quote_if_needed(key.choice_get());
     case KeyKind::text_list: {
       const auto& v = *static_cast<const std::vector<std::string>*>(key.target);
+      const bool weighted = key.weights && key.weights->size() == v.size() && !v.empty();
       std::string out = "[";
-      for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + quote_if_needed(v[i]);
+      for (size_t i = 0; i < v.size(); ++i) {
+        out += i ? ", " : "";
+        out += weighted ? "{path: " + quote_if_needed(v[i]) + ", weight: " + format_number((*key.weights)[i]) + "}"
+                        : quote_if_needed(v[i]);
+      }
       return out + "]";
     }
   }

@@ -32,6 +32,10 @@ struct KeyDef {
   std::function<void(const std::string&)> choice_set;  // KeyKind::choice: set by a name from choices
   std::optional<double> min, max;         // inclusive bounds for numbers
   bool min_exclusive = false;             // "> min" instead of ">= min"
+  // KeyKind::text_list only: entries may also be {path: ..., weight: ...}
+  // mappings (data.sources of a mixture); the weights land here, empty when
+  // no entry has one.
+  std::vector<double>* weights = nullptr;
 };
 
 // A list of config errors, all reported together ("all errors in one pass").

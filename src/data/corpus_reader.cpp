@@ -1,4 +1,5 @@
 #include "data/corpus_reader.h"
+#include "data/parquet_reader.h"
 
 #include <zlib.h>
 #include <zstd.h>
@@ -192,6 +193,7 @@ bool is_blank(std::string_view s) {
 
 void read_records(const SourceFile& file, int32_t index, const std::string& separator,
                   const std::function<bool(Record&&)>& emit) {
+  if (file.format == SourceFormat::parquet) return read_parquet_records(file, index, emit);
   Input in(file);
   if (file.format == SourceFormat::text && separator.empty()) {
     Record r;
@@ -268,6 +270,10 @@ bool decode_record(Record& r, const SourceFile& file) {
     if (file.format == SourceFormat::jsonl)  // nlohmann rejects this first; kept as a guard
       throw data_error(file.path + ":" + std::to_string(r.line),
                        "invalid UTF-8 in \"" + file.text_field + "\" (" + hex + ")");
+    if (file.format == SourceFormat::parquet)  // line: the row; offset: its row group
+      throw data_error(file.path, "row " + std::to_string(r.line) + " (row group " + std::to_string(r.offset) +
+                                      "): invalid UTF-8 in column \"" + file.text_field + "\" at byte " +
+                                      std::to_string(bad) + " of the value (" + hex + ")");
     int64_t line = r.line + std::count(r.bytes.begin(), r.bytes.begin() + static_cast<std::ptrdiff_t>(bad), '\n');
     throw data_error(file.path + ":" + std::to_string(line), "invalid UTF-8 at byte offset " +
                                                                  std::to_string(r.offset + static_cast<int64_t>(bad)) +

@@ -80,10 +80,18 @@ struct Encoded {
   std::exception_ptr error;
 };
 
-// Text longer than kPieceBytes is encoded in pieces cut after a newline.
-// For keel's tokenizers this is exact: no piece contains '\n' and there is no
-// dummy prefix. A line longer than kPieceBytes is cut at a UTF-8 boundary.
+// SentencePiece: text longer than kPieceBytes is encoded in pieces cut after
+// a newline. For keel's tokenizers this is exact: no piece contains '\n' and
+// there is no dummy prefix. A line longer than kPieceBytes is cut at a UTF-8
+// boundary. A byte-level BPE tokenizer streams through any length itself, and
+// its words may span newlines ("\n\n" is one in Llama 3's pattern), so it gets
+// the whole document.
 void encode_text(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out) {
+  if (!tok.is_sentencepiece()) {
+    auto ids = tok.encode(text);
+    out.insert(out.end(), ids.begin(), ids.end());
+    return;
+  }
   while (!text.empty()) {
     size_t n = text.size();
     if (n > kPieceBytes) {
@@ -120,9 +128,11 @@ Encoded encode_chunk(Chunk& chunk, const std::vector<SourceFile>& files, const T
       if (out.files.empty() || out.files.back() != r.file) {
         out.files.push_back(r.file);
         out.per_file.emplace_back();
+        out.per_file.back().train_tokens = 0;
       }
       out.per_file.back().documents += 1;
       out.per_file.back().text_bytes += static_cast<int64_t>(r.bytes.size());
+      if (split == 0) out.per_file.back().train_tokens += static_cast<int64_t>(tokens.size() - before);
     }
   } catch (...) {
     out.error = std::current_exception();
@@ -142,7 +152,7 @@ void add(SplitStats& a, const SplitStats& b) {
 EncodeResult encode_corpus(const std::vector<SourceFile>& files, const std::string& proto, const std::string& out_dir,
                            const EncodeOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  Tokenizer probe = Tokenizer::from_serialized(proto, out_dir + "/" + kTokenizerFile);
+  Tokenizer probe = Tokenizer::from_serialized(proto, out_dir + "/tokenizer");
   const int32_t eos = probe.eos_id();
   if (eos < 0) throw DataError("tokenizer " + probe.name() + " has no EOS piece; keel needs one between documents");
   const int64_t threads = std::max<int64_t>(1, o.threads);
@@ -237,6 +247,8 @@ EncodeResult encode_corpus(const std::vector<SourceFile>& files, const std::stri
     result.sources[i].format = format_name(files[i].format);
     result.sources[i].compression = compression_name(files[i].compression);
     result.sources[i].bytes = files[i].bytes;
+    result.sources[i].train_tokens = 0;
+    result.sources[i].entry = files[i].entry;
   }
   SplitWriter train(out_dir, "train", probe.vocab_size(), o.shard_tokens);
   SplitWriter val(out_dir, "val", probe.vocab_size(), o.shard_tokens);
@@ -261,6 +273,7 @@ EncodeResult encode_corpus(const std::vector<SourceFile>& files, const std::stri
     for (size_t k = 0; k < e.files.size(); ++k) {
       result.sources[e.files[k]].documents += e.per_file[k].documents;
       result.sources[e.files[k]].text_bytes += e.per_file[k].text_bytes;
+      result.sources[e.files[k]].train_tokens += e.per_file[k].train_tokens;
     }
     raw_done += e.raw_bytes;
     progress.update(raw_done);

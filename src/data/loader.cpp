@@ -10,7 +10,8 @@
 namespace keel {
 
 BatchLoader::BatchLoader(const std::string& dir, const std::string& split, int64_t seq_len, int64_t global_batch,
-                         int64_t rank, int64_t world_size, uint64_t seed, int64_t prefetch, bool verify)
+                         int64_t rank, int64_t world_size, uint64_t seed, int64_t prefetch, bool verify,
+                         const std::vector<std::pair<std::string, double>>& mixture)
     : manifest_(read_data_manifest(dir)),
       stream_(dir, manifest_, split, verify),
       seq_len_(seq_len),
@@ -36,7 +37,39 @@ BatchLoader::BatchLoader(const std::string& dir, const std::string& split, int64
     windows_ = 1;
     shift_epochs_ = false;
   }
+  if (!mixture.empty()) mixture_ = make_mixture(dir, split, mixture);
   if (prefetch_ > 0) thread_ = std::thread(&BatchLoader::prefetch_loop, this);
+}
+
+// Each data.sources entry's range of the train split, from the manifest's
+// per-file train tokens (files are in entry order, their tokens contiguous).
+std::unique_ptr<Mixture> BatchLoader::make_mixture(const std::string& dir, const std::string& split,
+                                                   const std::vector<std::pair<std::string, double>>& mixture) const {
+  if (split != "train") throw std::invalid_argument("BatchLoader: a mixture applies to the train split");
+  std::vector<MixtureSource> sources(mixture.size());
+  for (size_t i = 0; i < mixture.size(); ++i) {
+    sources[i].name = mixture[i].first;
+    sources[i].weight = mixture[i].second;
+  }
+  int64_t pos = 0;
+  for (const auto& f : manifest_.sources) {
+    if (f.train_tokens < 0 || f.entry < 0)
+      throw DataError(dir + " was prepared before keel recorded each source's tokens, which a mixture needs; "
+                            "re-run keel prepare --force");
+    if (f.entry >= static_cast<int64_t>(sources.size()))
+      throw DataError(dir + " was prepared from more data.sources entries than the " + std::to_string(sources.size()) +
+                      " weighted ones; re-run keel prepare, or give every entry a weight");
+    auto& s = sources[f.entry];
+    if (s.tokens == 0) s.begin = pos;
+    else if (s.begin + s.tokens != pos)
+      throw DataError(dir + ": the files of data.sources[" + std::to_string(f.entry) + "] are not contiguous in the manifest");
+    s.tokens += f.train_tokens;
+    pos += f.train_tokens;
+  }
+  if (pos != stream_.size())
+    throw DataError(dir + ": the sources' train tokens add up to " + std::to_string(pos) + ", the train shards hold " +
+                    std::to_string(stream_.size()) + " (a corrupt manifest); re-run keel prepare --force");
+  return std::make_unique<Mixture>(std::move(sources), seq_len_, seed_);
 }
 
 BatchLoader::~BatchLoader() {
@@ -49,6 +82,7 @@ BatchLoader::~BatchLoader() {
 }
 
 int64_t BatchLoader::window_start(int64_t g) const {
+  if (mixture_) return mixture_->window_start(g);
   const int64_t epoch = g / windows_, k = g % windows_;
   const uint64_t epoch_key = mix64(seed_ ^ mix64(static_cast<uint64_t>(epoch) + 0x5eed));
   const int64_t offset = (epoch == 0 || !shift_epochs_) ? 0 : static_cast<int64_t>(mix64(epoch_key) % seq_len_);

@@ -19,6 +19,10 @@
 // [0, floor((N-1)/T)); batch i holds windows i*B + j (mod the window count),
 // the same for every run and seed.
 //
+// Mixture (data.sources with weights, mixture.h): training sample g comes
+// from the window Mixture::window_start(g) instead, the same pure function of
+// (data, weights, seed, g); validation is unchanged.
+//
 // A background thread builds the next `prefetch` batches after each get(),
 // so a training loop that asks for steps in order finds them ready.
 #pragma once
@@ -37,6 +41,7 @@
 #include <vector>
 
 #include "data/manifest.h"
+#include "data/mixture.h"
 #include "data/token_stream.h"
 
 namespace keel {
@@ -52,8 +57,11 @@ class BatchLoader {
   // "val"); with `verify`, reads every shard once (checksum, ids < vocab).
   // Throws DataError for a bad directory or a split shorter than T+1 tokens,
   // std::invalid_argument for inconsistent arguments.
+  // `mixture`: (data.sources entry, weight) per entry, or empty for the
+  // single-stream order; the train split only.
   BatchLoader(const std::string& data_dir, const std::string& split, int64_t seq_len, int64_t global_batch,
-              int64_t rank, int64_t world_size, uint64_t seed, int64_t prefetch, bool verify = true);
+              int64_t rank, int64_t world_size, uint64_t seed, int64_t prefetch, bool verify = true,
+              const std::vector<std::pair<std::string, double>>& mixture = {});
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -79,6 +87,7 @@ class BatchLoader {
   int64_t vocab_size() const { return manifest_.tokenizer.vocab_size; }
   int32_t eos_id() const { return manifest_.tokenizer.eos_id; }
   const DataManifest& manifest() const { return manifest_; }
+  const Mixture* mixture() const { return mixture_.get(); }  // null without weights
 
   // Build batches in pinned (page-locked) host memory from now on, so that
   // copies to a CUDA device are asynchronous. Needs a CUDA runtime.
@@ -92,6 +101,8 @@ class BatchLoader {
 
  private:
   int64_t window_start(int64_t sample) const;
+  std::unique_ptr<Mixture> make_mixture(const std::string& dir, const std::string& split,
+                                        const std::vector<std::pair<std::string, double>>& mixture) const;
   Batch assemble(const std::vector<int64_t>& starts) const;
   void prefetch_loop();
 
@@ -101,6 +112,7 @@ class BatchLoader {
   uint64_t seed_;
   int64_t windows_ = 0, val_windows_ = 0;
   bool shift_epochs_ = true;
+  std::unique_ptr<Mixture> mixture_;
   std::atomic<bool> pinned_{false};
 
   int64_t prefetch_;

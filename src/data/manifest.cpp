@@ -59,7 +59,8 @@ nlohmann::json data_manifest_to_json(const DataManifest& m) {
   j["sources"] = nlohmann::json::array();
   for (const auto& s : m.sources)
     j["sources"].push_back({{"path", s.path}, {"format", s.format}, {"compression", s.compression}, {"bytes", s.bytes},
-                            {"text_bytes", s.text_bytes}, {"documents", s.documents}});
+                            {"text_bytes", s.text_bytes}, {"documents", s.documents},
+                            {"train_tokens", s.train_tokens}, {"entry", s.entry}});
   j["settings"] = m.settings;
   return j;
 }
@@ -78,8 +79,8 @@ DataManifest data_manifest_from_json(const nlohmann::json& j, const std::string&
     const auto& t = j.at("tokenizer");
     auto& ti = m.tokenizer;
     ti.file = t.at("file").get<std::string>();
-    if (ti.file.empty() || ti.file.find('/') != std::string::npos)
-      throw DataError(where + ": tokenizer file '" + ti.file + "' must be a plain name");
+    if (ti.file != "tokenizer.model" && ti.file != "tokenizer.json")
+      throw DataError(where + ": tokenizer file '" + ti.file + "' must be tokenizer.model or tokenizer.json");
     ti.sha256 = t.at("sha256").get<std::string>();
     ti.origin = t.at("origin").get<std::string>();
     ti.type = t.at("type").get<std::string>();
@@ -119,6 +120,8 @@ DataManifest data_manifest_from_json(const nlohmann::json& j, const std::string&
       m.sources.push_back({s.at("path").get<std::string>(), s.at("format").get<std::string>(), compression,
                            s.at("bytes").get<int64_t>(), s.at("text_bytes").get<int64_t>(),
                            s.at("documents").get<int64_t>()});
+      m.sources.back().train_tokens = s.value("train_tokens", int64_t{-1});
+      m.sources.back().entry = s.value("entry", int64_t{-1});
     }
     m.settings = j.at("settings");
   } catch (const nlohmann::json::exception& e) {

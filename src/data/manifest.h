@@ -38,6 +38,11 @@ struct SourceStats {
   int64_t bytes = 0;        // on disk
   int64_t text_bytes = 0;   // of its non-empty documents
   int64_t documents = 0;
+  // Where its documents went, for mixtures (mixture.h): train-split tokens
+  // (EOS included) and the data.sources entry it came from. -1: a manifest
+  // written before keel recorded them.
+  int64_t train_tokens = -1;
+  int64_t entry = -1;
 };
 
 struct TokenizerInfo {

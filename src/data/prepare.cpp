@@ -104,20 +104,21 @@ std::string make_tokenizer(const Config& c, const std::vector<SourceFile>& files
     info.type = to.type;
     info.sample_bytes = sample.bytes;
   } else {
-    std::ifstream in(c.data.tokenizer, std::ios::binary);
-    if (!in) throw data_error(c.data.tokenizer, "cannot open tokenizer model named by data.tokenizer");
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    proto = bytes.str();
+    proto = read_tokenizer_file(c.data.tokenizer);
     Tokenizer t = Tokenizer::from_serialized(proto, c.data.tokenizer);  // validates the bytes we copy
     if (t.vocab_size() != c.model.vocab_size)
       throw data_error(c.data.tokenizer, "has " + std::to_string(t.vocab_size()) + " pieces but model.vocab_size = " +
                                              std::to_string(c.model.vocab_size) + "; they must be equal");
-    if (t.eos_id() < 0) throw data_error(c.data.tokenizer, "has no EOS piece; keel needs one between documents");
+    if (t.eos_id() < 0)
+      throw data_error(c.data.tokenizer, t.is_sentencepiece()
+                                             ? "has no EOS piece; keel needs one between documents"
+                                             : "has no EOS among its added tokens (<|endoftext|>, <|end_of_text|>, "
+                                               "</s> or <eos>); keel needs one between documents");
     info.origin = c.data.tokenizer;
-    info.type = "reused";
+    info.type = t.is_sentencepiece() ? "reused" : "reused byte-level BPE";
   }
   Tokenizer t = Tokenizer::from_serialized(proto, "tokenizer");
+  info.file = t.file_name();
   info.vocab_size = t.vocab_size();
   info.pad_id = t.pad_id();
   info.bos_id = t.bos_id();
@@ -158,7 +159,7 @@ PrepareResult prepare_locked(const Config& c, const PrepareOptions& o, const std
   m.created = utc_now();
   m.keel_version = KEEL_VERSION;
   const std::string proto = make_tokenizer(c, files, m.tokenizer, o);
-  write_file_durably(tmp.path() + "/" + kTokenizerFile, proto);  // fsynced like the shards before the rename
+  write_file_durably(tmp.path() + "/" + m.tokenizer.file, proto);  // fsynced like the shards before the rename
   m.tokenizer.sha256 = sha256_hex(proto);
   m.tokenizer_seconds = m.tokenizer.seconds;
   m.dtype = token_bytes_for_vocab(m.tokenizer.vocab_size) == 2 ? "uint16" : "uint32";
@@ -245,20 +246,23 @@ void verify_prepared(const std::string& dir_in) {
 std::string prepare_summary(const DataManifest& m, const std::string& dir) {
   char b[1024];
   const auto& t = m.tokenizer;
+  const double text_mb = (m.train.text_bytes + m.val.text_bytes) / 1e6;
   std::snprintf(b, sizeof b,
                 "data       %s\n"
                 "documents  %lld (train %lld, val %lld)\n"
                 "tokens     %lld (train %lld, val %lld; one EOS per document), %s shards: %zu\n"
                 "text       %.2f MB, %.3f bytes/token (EOS excluded)\n"
                 "tokenizer  %s, %lld pieces, %s; pad %d bos %d eos %d unk %d%s\n"
-                "time       %.1f s (tokenizer %.1f s, encode %.1f s on %lld threads)\n",
+                "time       %.1f s (tokenizer %.1f s, encode %.1f s on %lld threads)\n"
+                "speed      %.2f MB/s, %.0f tokens/s (encode: read, decode, tokenize, write)\n",
                 dir.c_str(), (long long)(m.train.documents + m.val.documents), (long long)m.train.documents,
                 (long long)m.val.documents, (long long)(m.train.tokens + m.val.tokens), (long long)m.train.tokens,
                 (long long)m.val.tokens, m.dtype.c_str(), m.shards.size(),
                 (m.train.text_bytes + m.val.text_bytes) / 1e6, m.bytes_per_token, t.type.c_str(),
                 (long long)t.vocab_size, t.origin == "trained" ? "trained here" : t.origin.c_str(), t.pad_id, t.bos_id,
                 t.eos_id, t.unk_id, t.byte_fallback ? ", byte fallback" : "", m.seconds, m.tokenizer_seconds,
-                m.encode_seconds, (long long)m.threads);
+                m.encode_seconds, (long long)m.threads, m.encode_seconds > 0 ? text_mb / m.encode_seconds : 0.0,
+                m.encode_seconds > 0 ? double(m.train.tokens + m.val.tokens) / m.encode_seconds : 0.0);
   return b;
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 
+#include "data/parquet_reader.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/text.h"
@@ -37,13 +38,14 @@ std::string uncompressed_name(const std::string& name) {
 SourceFormat format_of(const std::string& name) {
   const std::string base = uncompressed_name(name);
   if (ends_with(base, ".jsonl")) return SourceFormat::jsonl;
+  if (ends_with(name, ".parquet")) return SourceFormat::parquet;
   if (ends_with(base, ".json") && compression_of(name) != Compression::none) return SourceFormat::jsonl;
   return SourceFormat::text;
 }
 
 bool wanted_in_directory(const std::string& name) {
   if (name.empty() || name[0] == '.') return false;
-  if (format_of(name) == SourceFormat::jsonl) return true;
+  if (format_of(name) != SourceFormat::text) return true;
   std::string base = uncompressed_name(name);
   for (const char* ext : {".txt", ".text", ".md"})
     if (ends_with(base, ext)) return true;
@@ -76,7 +78,14 @@ void walk(const std::string& dir, int depth, std::vector<std::string>& found) {
 
 }  // namespace
 
-const char* format_name(SourceFormat format) { return format == SourceFormat::jsonl ? "jsonl" : "text"; }
+const char* format_name(SourceFormat format) {
+  switch (format) {
+    case SourceFormat::jsonl: return "jsonl";
+    case SourceFormat::parquet: return "parquet";
+    case SourceFormat::text: break;
+  }
+  return "text";
+}
 
 const char* compression_name(Compression compression) {
   switch (compression) {
@@ -91,11 +100,13 @@ std::vector<SourceFile> expand_sources(const std::vector<std::string>& sources, 
   if (sources.empty()) throw DataError("data.sources is empty: nothing to prepare");
   std::vector<SourceFile> files;
   std::set<std::string> seen;  // real paths
+  int32_t entry = 0;
   auto add = [&](const std::string& path) {
     if (!seen.insert(real_path(path)).second)
       throw data_error(path, "reached twice through data.sources; its documents would be counted twice");
     files.push_back(describe(path));
     files.back().text_field = text_field;
+    files.back().entry = entry;
   };
   for (std::string source : sources) {
     while (source.size() > 1 && source.back() == '/') source.pop_back();
@@ -111,18 +122,20 @@ std::vector<SourceFile> expand_sources(const std::vector<std::string>& sources, 
         walk(source, 0, found);
         if (found.empty())
           throw data_error(source, "directory holds no *.txt, *.text, *.md or *.jsonl files (optionally .gz or .zst), "
-                                       "nor *.json.gz or *.json.zst");
+                                       "nor *.json.gz, *.json.zst or *.parquet");
         for (const auto& f : found) add(f);
         break;
       }
       case PathKind::other:
         throw data_error(source, "is neither a regular file nor a directory");
     }
+    ++entry;
   }
   return files;
 }
 
 int64_t estimated_text_bytes(const SourceFile& file) {
+  if (file.format == SourceFormat::parquet) return parquet_text_bytes(file);
   if (file.compression == Compression::none) return file.bytes;
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(file.path.c_str(), "rb"), &std::fclose);
   if (!f) return 3 * file.bytes;

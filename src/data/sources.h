@@ -4,7 +4,7 @@
 // Rules, chosen so the result depends only on the file tree:
 //   - A listed file is read whatever its name. A listed directory is walked
 //     recursively; there only files named *.txt, *.text, *.md or *.jsonl (each
-//     optionally + .gz or .zst) or *.json.gz / *.json.zst are read, and names
+//     optionally + .gz or .zst), *.json.gz / *.json.zst or *.parquet are read, and names
 //     starting with '.' are skipped.
 //   - Files are ordered as listed; inside a directory, depth first with names
 //     in byte order, so every machine reads them in the same order.
@@ -13,6 +13,9 @@
 //     compressed *.json (Dolma and DCLM ship JSON Lines as .json.gz and
 //     .json.zst); anything else is text. A name ending in .gz is read through
 //     zlib, one ending in .zst through libzstd (concatenated frames included).
+//   - *.parquet is Parquet (FineWeb): one document per row of the string
+//     column "text" (or data.text_field), read by parquet_reader.h; its
+//     compression is inside the file.
 //   - A file reached twice (listed twice, or via two directories) is an error:
 //     its documents would be counted twice.
 #pragma once
@@ -23,7 +26,7 @@
 
 namespace keel {
 
-enum class SourceFormat { text, jsonl };
+enum class SourceFormat { text, jsonl, parquet };
 enum class Compression { none, gzip, zstd };
 
 struct SourceFile {
@@ -32,6 +35,7 @@ struct SourceFile {
   SourceFormat format = SourceFormat::text;
   Compression compression = Compression::none;
   std::string text_field = "text";  // JSON Lines: the field holding the document (data.text_field)
+  int32_t entry = 0;     // the data.sources entry it was reached from (a mixture's source)
 };
 
 // Throws DataError naming the first path that does not exist, is not a

@@ -6,17 +6,28 @@
 #include <fstream>
 #include <sstream>
 
+#include "data/bpe_tokenizer.h"
 #include "util/error.h"
 
 namespace keel {
 
 Tokenizer::Tokenizer(const std::string& model_path) : name_(model_path) {
-  std::ifstream in(model_path, std::ios::binary);
-  if (!in) throw data_error(model_path, "cannot open tokenizer model (does it exist and is it readable?)");
+  load_serialized(read_tokenizer_file(model_path));
+}
+
+std::string read_tokenizer_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw data_error(path, "cannot open tokenizer (does it exist and is it readable?)");
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (size > static_cast<std::streamoff>(kMaxTokenizerBytes))
+    throw data_error(path, std::to_string(size) + " bytes, more than a tokenizer file may have (" +
+                               std::to_string(kMaxTokenizerBytes >> 20) + " MiB)");
+  in.seekg(0);
   std::ostringstream bytes;
   bytes << in.rdbuf();
-  if (!in.good() && !in.eof()) throw data_error(model_path, "read error");
-  load_serialized(bytes.str());
+  if (!in.good() && !in.eof()) throw data_error(path, "read error");
+  return bytes.str();
 }
 
 Tokenizer Tokenizer::from_serialized(const std::string& proto, const std::string& name) {
@@ -26,7 +37,23 @@ Tokenizer Tokenizer::from_serialized(const std::string& proto, const std::string
   return t;
 }
 
+bool Tokenizer::is_json(const std::string& bytes) {
+  for (char c : bytes) {
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+    return c == '{';  // a ModelProto starts with field 1's tag, 0x0A
+  }
+  return false;
+}
+
+const char* Tokenizer::file_name() const { return sp_ ? "tokenizer.model" : "tokenizer.json"; }
+std::string Tokenizer::kind() const { return sp_ ? "sentencepiece" : "byte-level BPE"; }
+
 void Tokenizer::load_serialized(const std::string& proto) {
+  if (is_json(proto)) {
+    bpe_ = std::make_unique<BpeTokenizer>(proto, name_);
+    json_ = proto;
+    return;
+  }
   sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   auto status = sp_->LoadFromSerializedProto(proto);
   if (!status.ok())
@@ -39,6 +66,11 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  if (bpe_) {
+    std::vector<int32_t> out;
+    bpe_->encode(text, out);
+    return out;
+  }
   std::vector<int> ids;
   auto status = sp_->Encode(absl::string_view(text.data(), text.size()), &ids);
   if (!status.ok()) throw DataError("tokenizer " + name_ + ": encode failed: " + status.ToString());
@@ -46,6 +78,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  if (bpe_) return bpe_->decode(ids);
   std::vector<int> v(ids.begin(), ids.end());
   const int n = sp_->GetPieceSize();
   for (int id : v)
@@ -70,23 +103,25 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
 }
 
 std::string Tokenizer::piece(int32_t id) const {
+  if (bpe_) return bpe_->piece(id);
   if (id < 0 || id >= sp_->GetPieceSize())
     throw DataError("tokenizer " + name_ + ": no piece with id " + std::to_string(id));
   return sp_->IdToPiece(id);
 }
 
-int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
-int32_t Tokenizer::bos_id() const { return sp_->bos_id(); }
-int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
-int32_t Tokenizer::pad_id() const { return sp_->pad_id(); }
-int32_t Tokenizer::unk_id() const { return sp_->unk_id(); }
+int64_t Tokenizer::vocab_size() const { return bpe_ ? bpe_->vocab_size() : sp_->GetPieceSize(); }
+int32_t Tokenizer::bos_id() const { return bpe_ ? bpe_->bos_id() : sp_->bos_id(); }
+int32_t Tokenizer::eos_id() const { return bpe_ ? bpe_->eos_id() : sp_->eos_id(); }
+int32_t Tokenizer::pad_id() const { return bpe_ ? bpe_->pad_id() : sp_->pad_id(); }
+int32_t Tokenizer::unk_id() const { return bpe_ ? bpe_->unk_id() : sp_->unk_id(); }
 
 bool Tokenizer::byte_fallback() const {
+  if (bpe_) return false;  // byte-level: every byte is a symbol, nothing to fall back to
   int bytes = 0;
   for (int i = 0; i < sp_->GetPieceSize() && bytes < 256; ++i) bytes += sp_->IsByte(i) ? 1 : 0;
   return bytes == 256;
 }
 
-std::string Tokenizer::serialized() const { return sp_->serialized_model_proto(); }
+std::string Tokenizer::serialized() const { return bpe_ ? json_ : sp_->serialized_model_proto(); }
 
 }  // namespace keel

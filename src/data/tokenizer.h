@@ -1,6 +1,8 @@
 // Tokenizer: a SentencePiece model, loaded from a standard .model file (the
 // serialized ModelProto that the sentencepiece Python package and Hugging Face
-// tokenizers also read).
+// tokenizers also read), or a Hugging Face byte-level BPE tokenizer.json
+// (bpe_tokenizer.h: GPT-2, Llama 3, Qwen 2/3, OLMo 2). Which one a file is
+// follows from its bytes: a JSON object is a tokenizer.json.
 //
 // Tokenizers trained by keel (tokenizer_train.h) have the fixed special ids
 // pad=0, bos=1, eos=2, unk=3, byte fallback on, and identity normalization
@@ -8,6 +10,7 @@
 // and encode(a + b) == encode(a) + encode(b) whenever a ends in '\n'.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -16,14 +19,26 @@
 
 namespace sentencepiece { class SentencePieceProcessor; }
 
+namespace keel { class BpeTokenizer; }
+
 namespace keel {
+
+// Tokenizer files are read whole; the largest released ones (Gemma's
+// tokenizer.json) are about 33 MB.
+constexpr size_t kMaxTokenizerBytes = size_t{256} << 20;
+// The bytes of a tokenizer file. Throws DataError naming it when it is
+// missing, unreadable or larger than kMaxTokenizerBytes.
+std::string read_tokenizer_file(const std::string& path);
 
 class Tokenizer {
  public:
   // Throws DataError naming the file when it is missing or not a valid model.
   explicit Tokenizer(const std::string& model_path);
-  // From a serialized ModelProto; `name` labels it in errors.
+  // From a file's bytes (a serialized ModelProto or tokenizer.json); `name`
+  // labels it in errors.
   static Tokenizer from_serialized(const std::string& proto, const std::string& name);
+  // True when `bytes` look like a tokenizer.json (a JSON object), not a ModelProto.
+  static bool is_json(const std::string& bytes);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -40,13 +55,20 @@ class Tokenizer {
   int32_t unk_id() const;
   bool byte_fallback() const;  // true when the model has all 256 <0xNN> pieces
   const std::string& name() const { return name_; }
-  std::string serialized() const;  // the ModelProto bytes, as in the .model file
+  std::string serialized() const;  // the file's bytes: the ModelProto, or tokenizer.json unchanged
+  bool is_sentencepiece() const { return sp_ != nullptr; }
+  // The name a data or checkpoint directory stores it under: tokenizer.model
+  // for SentencePiece, tokenizer.json for a Hugging Face BPE tokenizer.
+  const char* file_name() const;
+  std::string kind() const;        // "sentencepiece" | "byte-level BPE"
 
  private:
   Tokenizer() = default;
   void load_serialized(const std::string& proto);
   std::string name_;
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;  // one of these two is set
+  std::unique_ptr<BpeTokenizer> bpe_;
+  std::string json_;  // the tokenizer.json bytes, for serialized()
 };
 
 }  // namespace keel

@@ -70,25 +70,29 @@ HfExportResult export_hf(const std::string& checkpoint, const std::string& out_d
   result.family = hf_family_for(m);
   check_output_dir(out_dir, options.force);
 
-  // A checkpoint imported from a model without a SentencePiece tokenizer has
-  // none: the model is still exported, without tokenizer files.
-  const std::string tokenizer_path = dir + "/tokenizer.model";
+  // A checkpoint imported from a model without a tokenizer has none: the
+  // model is still exported, without tokenizer files. A SentencePiece model is
+  // described as a tokenizer.json (hf_tokenizer.h); a reused tokenizer.json
+  // is written back byte for byte, so the model loads with its own tokenizer.
+  const std::string tokenizer_path = checkpoint_tokenizer(dir);
   std::optional<Tokenizer> tokenizer;
   std::string proto;
   SpmModel spm;
   nlohmann::ordered_json tokenizer_json;
   HfTokenIds ids;
-  if (path_exists(tokenizer_path)) {
+  if (!tokenizer_path.empty()) {
     tokenizer.emplace(tokenizer_path);
     if (tokenizer->vocab_size() > m.vocab_size)
       throw CheckpointError(tokenizer_path + ": " + std::to_string(tokenizer->vocab_size()) +
                             " pieces, more than model.vocab_size = " + std::to_string(m.vocab_size));
     proto = tokenizer->serialized();
-    spm = parse_spm_model(proto, tokenizer_path);
-    tokenizer_json = hf_tokenizer_json(spm, tokenizer_path);
+    if (tokenizer->is_sentencepiece()) {
+      spm = parse_spm_model(proto, tokenizer_path);
+      tokenizer_json = hf_tokenizer_json(spm, tokenizer_path);
+    }
     ids = {tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id()};
   } else {
-    std::cerr << "keel: export-hf: warning: " << dir << " has no tokenizer.model; exporting the model only\n";
+    std::cerr << "keel: export-hf: warning: " << dir << " has no tokenizer.model or tokenizer.json; exporting the model only\n";
   }
 
   Transformer model(m);
@@ -104,7 +108,7 @@ HfExportResult export_hf(const std::string& checkpoint, const std::string& out_d
   write_output_json(out_dir, "config.json", hf_config_json(m, result.family, ids, options.dtype));
   write_output_json(out_dir, "generation_config.json", hf_generation_config_json(ids));
   result.files = {"model.safetensors", "config.json", "generation_config.json"};
-  if (tokenizer) {
+  if (tokenizer && tokenizer->is_sentencepiece()) {
     write_output_file(out_dir, "tokenizer.model", [&](const std::string& p) { write_file_durably(p, proto); });
     write_output_json(out_dir, "tokenizer.json", tokenizer_json);
     write_output_json(out_dir, "tokenizer_config.json",
@@ -113,6 +117,14 @@ HfExportResult export_hf(const std::string& checkpoint, const std::string& out_d
                       hf_special_tokens_map_json(spm, ids.bos, ids.eos, ids.pad, tokenizer->unk_id()));
     for (const char* f : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
       result.files.push_back(f);
+  } else if (tokenizer) {
+    const TokenOf token_of = [&](int64_t id) { return tokenizer->piece(static_cast<int32_t>(id)); };
+    write_output_file(out_dir, "tokenizer.json", [&](const std::string& p) { write_file_durably(p, proto); });
+    write_output_json(out_dir, "tokenizer_config.json",
+                      hf_tokenizer_config_json(token_of, ids.bos, ids.eos, ids.pad, tokenizer->unk_id(), m.max_seq_len));
+    write_output_json(out_dir, "special_tokens_map.json",
+                      hf_special_tokens_map_json(token_of, ids.bos, ids.eos, ids.pad, tokenizer->unk_id()));
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) result.files.push_back(f);
   }
   fsync_dir(out_dir);
   return result;

@@ -1,6 +1,7 @@
 // Hugging Face model directory -> keel run directory (checkpoint + config.yaml).
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "checkpoint/checkpoint_store.h"
@@ -140,20 +141,34 @@ HfImportResult import_hf(const std::string& hf_dir, const std::string& out_dir, 
   config.data.dir = "runs/data/" + name;
   config.train.init_from = absolute(out_dir);
 
+  // SentencePiece's tokenizer.model first (keel's own exports carry both
+  // files); else a byte-level BPE tokenizer.json (GPT-2, Llama 3, Qwen, OLMo 2).
   std::string tokenizer_path;
-  if (path_exists(hf_dir + "/tokenizer.model")) {
-    Tokenizer tokenizer(hf_dir + "/tokenizer.model");  // validates it
-    tokenizer_path = hf_dir + "/tokenizer.model";
+  std::string refused;
+  for (const char* file : {"tokenizer.model", "tokenizer.json"}) {
+    const std::string path = hf_dir + "/" + file;
+    if (!tokenizer_path.empty() || !path_exists(path)) continue;
+    std::optional<Tokenizer> tokenizer;
+    try {
+      tokenizer.emplace(path);  // validates it
+    } catch (const DataError& e) {
+      if (std::string(file) == "tokenizer.model") throw;
+      refused = e.what();
+      continue;
+    }
+    tokenizer_path = path;
     result.has_tokenizer = true;
-    if (tokenizer.vocab_size() != config.model.vocab_size)
-      result.notes.push_back("tokenizer.model has " + std::to_string(tokenizer.vocab_size()) +
+    if (tokenizer->vocab_size() != config.model.vocab_size)
+      result.notes.push_back(std::string(file) + " has " + std::to_string(tokenizer->vocab_size()) +
                              " pieces but vocab_size is " + std::to_string(config.model.vocab_size) +
                              ": keel trains only when they are equal (data.tokenizer)");
-    if (tokenizer.eos_id() < 0) result.notes.push_back("tokenizer.model has no EOS piece, which keel's data needs");
-  } else {
-    result.notes.push_back("no tokenizer.model (SentencePiece) in " + hf_dir +
-                           ": set data.tokenizer to a SentencePiece model with this model's ids before training");
+    if (tokenizer->eos_id() < 0) result.notes.push_back(std::string(file) + " has no EOS, which keel's data needs");
   }
+  if (tokenizer_path.empty())
+    result.notes.push_back("no tokenizer.model (SentencePiece) in " + hf_dir +
+                           (refused.empty() ? std::string(" and no tokenizer.json")
+                                            : ", and its tokenizer.json is not one keel reads (" + refused + ")") +
+                           ": set data.tokenizer to a tokenizer with this model's ids before training");
   validate(config);
 
   auto weights = read_hf_weights(hf_dir);
@@ -165,7 +180,8 @@ HfImportResult import_hf(const std::string& hf_dir, const std::string& out_dir, 
   // The checkpoint's copy of the tokenizer is the one data.tokenizer names, so
   // the directory is self-contained.
   const std::string step_dir = CheckpointStore(out_dir).step_dir(0);
-  if (result.has_tokenizer) config.data.tokenizer = absolute(step_dir) + "/tokenizer.model";
+  if (result.has_tokenizer)
+    config.data.tokenizer = absolute(step_dir) + tokenizer_path.substr(tokenizer_path.rfind('/'));
   TrainState state;
   state.extra = {{"imported_from", absolute(hf_dir)},
                  {"hf_model_type", hf_family_info(imported.family).model_type}};

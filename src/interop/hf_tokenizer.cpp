@@ -257,22 +257,32 @@ ojson hf_tokenizer_json(const SpmModel& m, const std::string& what) {
   return t;
 }
 
-ojson hf_special_tokens_map_json(const SpmModel& m, int64_t bos, int64_t eos, int64_t pad, int64_t unk) {
+ojson hf_special_tokens_map_json(const TokenOf& token_of, int64_t bos, int64_t eos, int64_t pad, int64_t unk) {
   ojson s = ojson::object();
-  if (bos >= 0) s["bos_token"] = piece_of_type(m, bos);
-  if (eos >= 0) s["eos_token"] = piece_of_type(m, eos);
-  if (unk >= 0) s["unk_token"] = piece_of_type(m, unk);
-  if (pad >= 0) s["pad_token"] = piece_of_type(m, pad);
+  if (bos >= 0) s["bos_token"] = token_of(bos);
+  if (eos >= 0) s["eos_token"] = token_of(eos);
+  if (unk >= 0) s["unk_token"] = token_of(unk);
+  if (pad >= 0) s["pad_token"] = token_of(pad);
   return s;
 }
 
+ojson hf_special_tokens_map_json(const SpmModel& m, int64_t bos, int64_t eos, int64_t pad, int64_t unk) {
+  return hf_special_tokens_map_json([&](int64_t id) { return piece_of_type(m, id); }, bos, eos, pad, unk);
+}
+
 ojson hf_tokenizer_config_json(const SpmModel& m, int64_t bos, int64_t eos, int64_t pad, int64_t unk,
+                               int64_t model_max_length) {
+  return hf_tokenizer_config_json([&](int64_t id) { return piece_of_type(m, id); }, bos, eos, pad, unk,
+                                  model_max_length);
+}
+
+ojson hf_tokenizer_config_json(const TokenOf& token_of, int64_t bos, int64_t eos, int64_t pad, int64_t unk,
                                int64_t model_max_length) {
   // The generic class reads tokenizer.json as it is; a model-specific class
   // (LlamaTokenizerFast) would re-derive pieces and add a BOS.
   ojson c;
   c["tokenizer_class"] = "PreTrainedTokenizerFast";
-  const ojson specials = hf_special_tokens_map_json(m, bos, eos, pad, unk);
+  const ojson specials = hf_special_tokens_map_json(token_of, bos, eos, pad, unk);
   for (auto it = specials.begin(); it != specials.end(); ++it) c[it.key()] = it.value();
   c["add_bos_token"] = false;
   c["add_eos_token"] = false;

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,15 @@ nlohmann::ordered_json hf_tokenizer_json(const SpmModel& model, const std::strin
 nlohmann::ordered_json hf_tokenizer_config_json(const SpmModel& model, int64_t bos, int64_t eos, int64_t pad,
                                                 int64_t unk, int64_t model_max_length);
 nlohmann::ordered_json hf_special_tokens_map_json(const SpmModel& model, int64_t bos, int64_t eos, int64_t pad,
+                                                  int64_t unk);
+
+// The same for any tokenizer (a reused tokenizer.json, whose file is exported
+// unchanged): token_of(id) names the special tokens. The SpmModel overloads
+// call these.
+using TokenOf = std::function<std::string(int64_t)>;
+nlohmann::ordered_json hf_tokenizer_config_json(const TokenOf& token_of, int64_t bos, int64_t eos, int64_t pad,
+                                                int64_t unk, int64_t model_max_length);
+nlohmann::ordered_json hf_special_tokens_map_json(const TokenOf& token_of, int64_t bos, int64_t eos, int64_t pad,
                                                   int64_t unk);
 
 }  // namespace keel

@@ -104,7 +104,7 @@ void Bench::setup() {
     ensure_prepared(cfg_);
     loader_ = std::make_unique<BatchLoader>(cfg_.data.dir, "train", geometry_.seq_len, geometry_.global_batch, 0, 1,
                                             static_cast<uint64_t>(cfg_.run.seed), cfg_.data.prefetch,
-                                            cfg_.data.verify);
+                                            cfg_.data.verify, data_mixture(cfg_.data));
   }
   torch::manual_seed(cfg_.run.seed);  // the random batches
   check_cuda_graph_setup(cfg_, compute_, 1);

@@ -100,8 +100,10 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
   // std::filesystem is avoided: libtorch.so exports its own copies of its
   // functions, which our calls bind to (see util/fs.h).
   if (!tokenizer_path.empty() && path_exists(tokenizer_path)) {
-    files.push_back({"tokenizer.model", [&](const std::string& p) {
-                       write_file_durably(p, read_small_file(tokenizer_path));
+    // Under its own name: tokenizer.model (SentencePiece) or tokenizer.json.
+    const std::string name = tokenizer_path.substr(tokenizer_path.rfind('/') + 1);
+    files.push_back({name, [&](const std::string& p) {
+                       write_file_durably(p, read_small_file(tokenizer_path, uint64_t{256} << 20));
                      }});
   }
   // Checked and fsynced like every other file (an unchecked stream once left
@@ -109,6 +111,12 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
   files.push_back({"state.json", [&](const std::string& p) { write_file_durably(p, meta.dump(2) + "\n"); }});
   CheckpointStore store(run_dir);
   return store.save(state.step, files);
+}
+
+std::string checkpoint_tokenizer(const std::string& dir) {
+  for (const char* name : {"tokenizer.model", "tokenizer.json"})
+    if (path_exists(dir + "/" + name)) return dir + "/" + name;
+  return "";
 }
 
 namespace {

@@ -5,7 +5,8 @@
 //   model.safetensors      weights by parameter name (readable by Python's safetensors)
 //   optimizer.safetensors  exp_avg.* / exp_avg_sq.* / step.*
 //   rng.safetensors        CPU (and CUDA) generator states
-//   tokenizer.model        the SentencePiece model the run was trained with
+//   tokenizer.model        the SentencePiece model the run was trained with, or
+//   tokenizer.json         the Hugging Face byte-level BPE tokenizer it reused
 //   state.json             step, tokens, config, versions, extra trainer state
 #pragma once
 
@@ -56,5 +57,9 @@ ConfigDiff diff_for_resume(const Config& saved, const Config& current);
 
 // Config stored in a checkpoint's state.json.
 Config checkpoint_config(const std::string& checkpoint_dir);
+
+// checkpoint_dir/tokenizer.model or checkpoint_dir/tokenizer.json, whichever
+// it holds, or "" (a checkpoint imported without a tokenizer).
+std::string checkpoint_tokenizer(const std::string& checkpoint_dir);
 
 }  // namespace keel

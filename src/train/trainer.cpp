@@ -152,7 +152,7 @@ void Trainer::setup() {
     tokenizer_path_ = cfg_.data.dir + "/" + data.tokenizer.file;
     train_data_ = std::make_unique<BatchLoader>(cfg_.data.dir, "train", geometry_.seq_len, geometry_.global_batch,
                                                 dist_->rank(), dist_->world(), static_cast<uint64_t>(cfg_.run.seed),
-                                                cfg_.data.prefetch, cfg_.data.verify);
+                                                cfg_.data.prefetch, cfg_.data.verify, data_mixture(cfg_.data));
     data_skips_ = DataSkips(parse_skip_batches(cfg_.data.skip_batches, nullptr));  // a checkpoint's list replaces it
     evaluator_ = std::make_unique<Evaluator>(cfg_, data, geometry_, *dist_, compute_);
     if (!evaluator_->enabled())
@@ -210,6 +210,11 @@ void Trainer::print_settings() {
   row("schedule", name_of(t.schedule) + ", warm-up " + std::to_string(t.warmup_steps) + ", " + std::to_string(t.max_steps) +
                       " steps");
   row("train tokens", si(static_cast<double>(train_data_->tokens())));
+  if (const Mixture* mix = train_data_->mixture()) {
+    row("data mixture", strf("%zu sources, shares by weight over %lld sequences", mix->sources().size(),
+                             static_cast<long long>(t.max_steps * g.global_batch)));
+    for (const auto& line : mix->describe(t.max_steps * g.global_batch)) row("", line);
+  }
   if (dist_->distributed())
     row("data parallel", strf("%d ranks, %s (%s env), %lld seq/rank, %zu buckets <= %g MiB, %s", dist_->world(),
                               name_of(dist_->backend()).c_str(), dist_->env().source.c_str(),

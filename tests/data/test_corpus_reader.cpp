@@ -290,3 +290,24 @@ TEST(Sources, ProblemsNameThePath) {
     expect_contains(error_of({dir + "/locked.txt"}), dir + "/locked.txt: not readable");
   }
 }
+
+#ifndef KEEL_WITH_PARQUET
+// A keel built without Arrow (scripts/sanitize.sh's build-asan is one) still
+// finds .parquet files and refuses them saying why, instead of reading them
+// as text.
+TEST(CorpusReader, ParquetOffSaysSo) {
+  std::string dir = make_temp_dir("parquet_off");
+  write_text(dir + "/part-0.parquet", "PAR1 whatever PAR1");
+  auto files = expand_sources({dir});
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].format, SourceFormat::parquet);
+  try {
+    read_records(files[0], 0, "", [](Record&&) { return true; });
+    ADD_FAILURE() << "a Parquet file was read without Arrow";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("part-0.parquet: is Parquet, and this keel was built without Parquet support"),
+              std::string::npos)
+        << e.what();
+  }
+}
+#endif

@@ -69,9 +69,56 @@ TEST(PrepareCli, BadInputExitsWithTwoAndNamesTheFile) {
   EXPECT_FALSE(exists(root + "/data"));
   for (const auto& name : keel::list_directory(root)) EXPECT_NE(name.rfind("data.tmp-", 0), 0u) << name;
 
+  // Parquet that is not: exit 2 naming the file, in builds with or without Arrow.
+  write_text(root + "/part-0.parquet", "PAR1 not really parquet PAR1");
+  cfg = write_config(root, "[" + root + "/part-0.parquet]");
+  EXPECT_EQ(run_keel("prepare " + cfg + " --quiet", &out), 2) << out;
+  EXPECT_NE(out.find(root + "/part-0.parquet: "), std::string::npos) << out;
+  EXPECT_FALSE(exists(root + "/data"));
+
   write_text(root + "/a.txt", join_documents(make_documents(100, 6)));
   cfg = write_config(root, "[" + root + "/a.txt]");
+  // A tokenizer.json keel cannot read exactly: the file and the key.
+  write_text(root + "/tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+                                       " \"pre_tokenizer\": {\"type\": \"Metaspace\"}}");
+  EXPECT_EQ(run_keel("prepare " + cfg + " --quiet --set data.tokenizer=" + root + "/tokenizer.json", &out), 2) << out;
+  EXPECT_NE(out.find(root + "/tokenizer.json: "), std::string::npos) << out;
+  EXPECT_FALSE(exists(root + "/data"));
   EXPECT_EQ(run_keel("prepare " + cfg + " --quiet --set model.vocab_size=270", &out), 2) << out;
   EXPECT_NE(out.find("model.vocab_size"), std::string::npos) << out;
   EXPECT_FALSE(exists(root + "/data/manifest.json"));
+}
+
+// Weighted sources: prepare reports MB/s and each entry's token share beside
+// its weight; the weights are not part of the prepared data, so new weights
+// re-tokenize nothing; and `keel train`'s settings table says which source is
+// upsampled and which capped.
+TEST(PrepareCli, WeightedSourcesReportSharesAndTrainStatesThePlan) {
+  std::string root = make_temp_dir("cli_mix");
+  write_text(root + "/big.txt", join_documents(make_documents(300, 5)));
+  write_text(root + "/small.txt", join_documents(make_documents(5, 6)));
+  std::string cfg = write_config(root, "[{path: " + root + "/big.txt, weight: 1}, {path: " + root + "/small.txt, weight: 1}]");
+  std::string out;
+  ASSERT_EQ(run_keel("prepare " + cfg + " --quiet", &out), 0) << out;
+  EXPECT_NE(out.find("MB/s"), std::string::npos) << out;
+  EXPECT_NE(out.find("data.sources[1] " + root + "/small.txt: "), std::string::npos) << out;
+  EXPECT_NE(out.find("weight 1 (50.0% of sequences)"), std::string::npos) << out;
+  // Other weights, same prepared data.
+  ASSERT_EQ(run_keel("prepare " + cfg + " --set 'data.sources=[{path: " + root + "/big.txt, weight: 3}, {path: " + root +
+                         "/small.txt, weight: 1}]'",
+                     &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("already prepared"), std::string::npos) << out;
+  EXPECT_NE(out.find("(75.0% of sequences)"), std::string::npos) << out;
+
+  const std::string train = "train " + cfg + " --set model.d_model=32 --set model.n_layers=1 --set model.n_heads=2 " +
+                            "--set model.n_kv_heads=1 --set model.d_ff=64 --set model.max_seq_len=32 " +
+                            "--set train.device=cpu --set train.max_steps=20 --set train.warmup_steps=2 --set train.batch_size=8 " +
+                            "--set train.eval_every=0 --set checkpoint.every=0 --set run.out_dir=" + root + "/runs";
+  ASSERT_EQ(run_keel(train, &out), 0) << out;
+  EXPECT_NE(out.find("data mixture"), std::string::npos) << out;
+  EXPECT_NE(out.find("small.txt: 50.0% of sequences"), std::string::npos) << out;
+  EXPECT_NE(out.find("(upsampled)"), std::string::npos) << out;
+  EXPECT_NE(out.find("(capped)"), std::string::npos) << out;
 }

@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -23,6 +24,8 @@
 #include "data/corpus_reader.h"
 #include "data/manifest.h"
 #include "data/shard.h"
+#include "data/sources.h"
+#include "data/bpe_tokenizer.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_train.h"
 #include "interop/hf_config.h"
@@ -30,6 +33,9 @@
 #include "model/init.h"
 #include "sweep/sweep_spec.h"
 #include "data/test_data_util.h"
+#ifdef KEEL_WITH_PARQUET
+#include "data/parquet_writer.h"
+#endif
 #include "test_util.h"
 #include "train/optimizer.h"
 #include "train/train_state.h"
@@ -281,6 +287,28 @@ TEST(Fuzz, CompressedCorpus) {
   fuzz("corpus .jsonl.gz", gz, 2000, 13, [&](const std::string& b) { read_all("c.jsonl.gz", b); });
 }
 
+#ifdef KEEL_WITH_PARQUET
+// Parquet as FineWeb ships it (zstd pages, several row groups), through the
+// same reader `keel prepare` uses. The parsing is Arrow's; the target checks
+// that whatever Arrow reports reaches the user as keel's error.
+TEST(Fuzz, ParquetCorpus) {
+  const std::string dir = dir_for("parquet");
+  std::vector<std::optional<std::string>> rows;
+  for (int i = 0; i < 40; ++i) rows.push_back("row " + std::to_string(i) + ": " + keel_test::make_sentence_corpus(i, 1));
+  keel_test::write_parquet(dir + "/seed.parquet", rows, "text", 8);
+  const std::vector<std::string> seeds = {keel_test::read_file(dir + "/seed.parquet")};
+  const std::string path = dir + "/x.parquet";
+  fuzz("parquet", seeds, 2000, 13, [&](const std::string& bytes) {
+    keel_test::write_file(path, bytes);
+    auto files = expand_sources({path});
+    read_records(files[0], 0, "", [&](Record&& r) {
+      decode_record(r, files[0]);
+      return true;
+    });
+  });
+}
+#endif
+
 TEST(Fuzz, TokenShard) {
   const std::string dir = dir_for("shard");
   const std::string path = dir + "/s.bin";
@@ -312,6 +340,44 @@ TEST(Fuzz, TokenizerModel) {
     Tokenizer t = Tokenizer::from_serialized(proto, "tokenizer.model");
     t.encode("a fuzzed sentence, with \xc3\xa9 and digits 12345");
     parse_spm_model(proto, "tokenizer.model");
+  });
+}
+
+// Hugging Face tokenizer.json (byte-level BPE): a GPT-2-style and a
+// Llama 3 / Qwen-style file (NFC, Split with a regex, ignore_merges); loaded
+// and used to encode, as `keel prepare` does with data.tokenizer.
+TEST(Fuzz, TokenizerJson) {
+  auto make = [](bool llama) {
+    nlohmann::json vocab = nlohmann::json::object();
+    const auto& alphabet = byte_level_alphabet();
+    for (int b = 0; b < 256; ++b) vocab[alphabet[b]] = b;
+    nlohmann::json merges = nlohmann::json::array();
+    int next = 256;
+    for (auto [a, b] : std::vector<std::pair<std::string, std::string>>{{"t", "h"}, {"th", "e"}, {"Ġ", "the"}, {"a", "n"}}) {
+      vocab[a + b] = next++;
+      merges.push_back(llama ? nlohmann::json::array({a, b}) : nlohmann::json(a + " " + b));
+    }
+    nlohmann::json pre = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+    if (llama)
+      pre = {{"type", "Sequence"},
+             {"pretokenizers",
+              {{{"type", "Split"},
+                {"pattern", {{"Regex", R"((?i:'s|'t)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+                {"behavior", "Isolated"},
+                {"invert", false}},
+               {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+    return nlohmann::json{
+        {"added_tokens", {{{"id", next}, {"content", "<|endoftext|>"}, {"special", true}, {"normalized", false}}}},
+        {"normalizer", llama ? nlohmann::json{{"type", "NFC"}} : nlohmann::json()},
+        {"pre_tokenizer", pre},
+        {"model", {{"type", "BPE"}, {"ignore_merges", llama}, {"vocab", vocab}, {"merges", merges}}}}
+        .dump(llama ? 1 : -1);
+  };
+  const std::vector<std::string> seeds = {make(false), make(true)};
+  fuzz("tokenizer.json", seeds, 3000, 12, [&](const std::string& text) {
+    Tokenizer t = Tokenizer::from_serialized(text, "tokenizer.json");
+    auto ids = t.encode("the fuzzed  sentence's \xc3\xa9 and 12345 <|endoftext|>\n\n then");
+    t.decode(ids);
   });
 }
 
