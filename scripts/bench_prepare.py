@@ -49,13 +49,13 @@ print(json.dumps({"seconds": best, "tokens": sum(len(e.ids) for e in out)}))
 """
 
 
-def machine() -> str:
+def machine(when: str = "now") -> str:
     model = "unknown CPU"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
             model = line.split(":", 1)[1].strip()
             break
-    return f"{model}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start, {platform.platform()}"
+    return f"{model}, {os.cpu_count()} cores, 1-minute load {os.getloadavg()[0]:.2f} {when}, {platform.platform()}"
 
 
 def documents() -> list:
@@ -84,7 +84,7 @@ data:
   dir: {out / 'data' / name}
   sources: [{source}]
   tokenizer: "{tokenizer}"
-  tokenizer_sample_mb: 16
+  tokenizer_sample_mb: 4
   val_fraction: 0.05
   threads: {threads}
 """)
@@ -136,7 +136,8 @@ def main() -> None:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     threads = [int(t) for t in args.threads.split(",")]
-    print(f"machine: {machine()}", flush=True)
+    start = machine("at the start")
+    print(f"machine: {start}", flush=True)
     docs = documents() * args.repeat
     text_mb = sum(len(d.encode()) for d in docs) / 1e6
     print(f"text: {len(docs)} documents, {text_mb:.1f} MB (the embedded corpus x{args.repeat})", flush=True)
@@ -176,8 +177,9 @@ def main() -> None:
     head = ("| format | tokenizer | " + " | ".join(f"keel, {n} thread(s)" for n in threads) + " | " +
             " | ".join(f"tokenizers, {n} thread(s)" for n in threads) + " |")
     print("\n" + head + "\n|" + "---|" * (2 + 2 * len(threads)) + "\n" + "\n".join(rows))
-    print(f"machine: {machine()} (load at the end)")
-    (out / "bench_prepare.json").write_text(json.dumps({"machine": machine(), "records": records}, indent=1))
+    end = machine("at the end")
+    print(f"machine: {end}")
+    (out / "bench_prepare.json").write_text(json.dumps({"machine": [start, end], "records": records}, indent=1))
 
 
 if __name__ == "__main__":
