@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${KEEL_SANITIZE_DIR:-build-asan}
-tests=(test_fuzz test_corpus_reader test_safetensors test_checkpoint_store test_config test_sweep_spec)
+tests=(test_fuzz test_corpus_reader test_bpe_tokenizer test_safetensors test_checkpoint_store test_config test_sweep_spec)
 say() { echo "[sanitize] $*"; }
 if [ ! -f "$dir/build.ninja" ]; then
   say "configuring $dir (ASan + UBSan, -O1)"

@@ -484,6 +484,19 @@ void Trainer::write_summary(const std::string& stopped_by) {
                       {"rewinds", data_skips_.rewinds()},
                       {"data_skips", data_skips_.to_json()}};
   s.update(stability_->summary());
+  if (const Mixture* mix = train_data_->mixture()) {  // what each source actually gave this run
+    const int64_t drawn = steps_done_ * geometry_.global_batch;
+    s["data_mixture"] = nlohmann::json::array();
+    for (size_t i = 0; i < mix->sources().size(); ++i) {
+      const int k = static_cast<int>(i);
+      s["data_mixture"].push_back({{"source", mix->sources()[i].name},
+                                   {"weight", mix->sources()[i].weight},
+                                   {"share", mix->share(k)},
+                                   {"train_tokens", mix->sources()[i].tokens},
+                                   {"sequences", mix->count_before(k, drawn)},
+                                   {"epochs", mix->epochs(k, drawn)}});
+    }
+  }
   run_->write_json_atomic("summary.json", s);
   run_->log->info(strf("summary: %s after %lld steps, %.1f s; final loss %.4f, val loss %.4f (best %.4f); %s",
                        stopped_by.c_str(), static_cast<long long>(steps_done_), time_s, metrics_->last_loss(),

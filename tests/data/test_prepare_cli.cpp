@@ -121,4 +121,8 @@ TEST(PrepareCli, WeightedSourcesReportSharesAndTrainStatesThePlan) {
   EXPECT_NE(out.find("small.txt: 50.0% of sequences"), std::string::npos) << out;
   EXPECT_NE(out.find("(upsampled)"), std::string::npos) << out;
   EXPECT_NE(out.find("(capped)"), std::string::npos) << out;
+  // summary.json: what each source gave the run, 20 steps x 8 sequences.
+  const std::string summary = read_bytes(root + "/runs/default/summary.json");
+  EXPECT_NE(summary.find("\"data_mixture\""), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"sequences\": 80"), std::string::npos) << summary;
 }
