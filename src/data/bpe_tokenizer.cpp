@@ -69,10 +69,6 @@ bool symbols_to_bytes(const std::string& s, std::string& out) {
 
 uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
 
-const nlohmann::json& need(const nlohmann::json& j, const char* key, const std::string& path, const std::string& where) {
-  if (!j.is_object() || !j.contains(key)) throw DataError(where + ": " + path + "." + key + " is missing");
-  return j.at(key);
-}
 
 bool null_or_empty(const nlohmann::json& j, const char* key) {
   if (!j.contains(key) || j.at(key).is_null()) return true;
@@ -105,7 +101,7 @@ void BpeTokenizer::load(const nlohmann::json& j) {
   if (!j.is_object()) throw DataError(where + ": not a tokenizer.json (the top level is not an object)");
   // Ids are dense, so none can reach the number of entries: checked before
   // anything is sized by an id from the file.
-  const auto& model = need(j, "model", "", where);
+  const auto& model = json_member(j, "model", "", where);
   id_bound_ = (model.is_object() && model.contains("vocab") ? model["vocab"].size() : 0) +
               (j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"].size() : 0);
   read_model(model);
@@ -140,7 +136,7 @@ void BpeTokenizer::read_model(const nlohmann::json& m) {
     if (!m["ignore_merges"].is_boolean()) throw DataError(w + ": model.ignore_merges must be true or false");
     ignore_merges_ = m["ignore_merges"].get<bool>();
   }
-  const auto& vocab = need(m, "vocab", "model", w);
+  const auto& vocab = json_member(m, "vocab", "model", w);
   if (!vocab.is_object()) throw DataError(w + ": model.vocab must be an object of token -> id");
   if (vocab.size() > kMaxVocab) throw DataError(w + ": model.vocab has more than " + std::to_string(kMaxVocab) + " tokens");
   std::string bytes;
@@ -176,7 +172,7 @@ void BpeTokenizer::read_model(const nlohmann::json& m) {
     auto it = vocab.find(m["unk_token"].get<std::string>());
     if (it != vocab.end()) unk_ = it->get<int32_t>();
   }
-  const auto& merges = need(m, "merges", "model", w);
+  const auto& merges = json_member(m, "merges", "model", w);
   if (!merges.is_array()) throw DataError(w + ": model.merges must be a list");
   merges_.reserve(merges.size());
   auto id_of = [&](const std::string& s, size_t i) {
@@ -216,8 +212,8 @@ void BpeTokenizer::read_added_tokens(const nlohmann::json& added) {
   for (size_t i = 0; i < added.size(); ++i) {
     const auto& t = added[i];
     const std::string path = "added_tokens[" + std::to_string(i) + "]";
-    const auto& id = need(t, "id", path, w);
-    const auto& content = need(t, "content", path, w);
+    const auto& id = json_member(t, "id", path, w);
+    const auto& content = json_member(t, "content", path, w);
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= int64_t(kMaxVocab))
       throw DataError(w + ": " + path + ".id = " + json_excerpt(id) + " is not an id");
     if (!content.is_string() || content.get<std::string>().empty())

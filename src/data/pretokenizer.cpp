@@ -222,10 +222,6 @@ std::string escape_literal(const std::string& s) {
   return out;
 }
 
-const nlohmann::json& member(const nlohmann::json& j, const char* key, const std::string& path, const std::string& where) {
-  if (!j.is_object() || !j.contains(key)) throw DataError(where + ": " + path + "." + key + " is missing");
-  return j.at(key);
-}
 
 bool flag(const nlohmann::json& j, const char* key, bool fallback, const std::string& path, const std::string& where) {
   if (!j.contains(key) || j.at(key).is_null()) return fallback;
@@ -234,7 +230,7 @@ bool flag(const nlohmann::json& j, const char* key, bool fallback, const std::st
 }
 
 std::string type_of(const nlohmann::json& j, const std::string& path, const std::string& where) {
-  const auto& t = member(j, "type", path, where);
+  const auto& t = json_member(j, "type", path, where);
   if (!t.is_string()) throw DataError(where + ": " + path + ".type must be a string");
   return t.get<std::string>();
 }
@@ -244,7 +240,7 @@ void add_pre_tokenizer(TextPipeline& p, const nlohmann::json& j, const std::stri
   if (depth > 4) throw DataError(where + ": " + path + ": pre-tokenizer Sequences nest too deeply");
   const std::string type = type_of(j, path, where);
   if (type == "Sequence") {
-    const auto& list = member(j, "pretokenizers", path, where);
+    const auto& list = json_member(j, "pretokenizers", path, where);
     if (!list.is_array()) throw DataError(where + ": " + path + ".pretokenizers must be a list");
     for (size_t i = 0; i < list.size(); ++i)
       add_pre_tokenizer(p, list[i], path + ".pretokenizers[" + std::to_string(i) + "]", where, depth + 1);
@@ -253,13 +249,13 @@ void add_pre_tokenizer(TextPipeline& p, const nlohmann::json& j, const std::stri
                                                        flag(j, "use_regex", true, path, where), where + ": " + path));
     p.byte_level = true;
   } else if (type == "Split") {
-    const auto& pat = member(j, "pattern", path, where);
+    const auto& pat = json_member(j, "pattern", path, where);
     std::string regex;
     if (pat.is_object() && pat.contains("Regex") && pat["Regex"].is_string()) regex = pat["Regex"].get<std::string>();
     else if (pat.is_object() && pat.contains("String") && pat["String"].is_string())
       regex = escape_literal(pat["String"].get<std::string>());
     else throw DataError(where + ": " + path + ".pattern must be {\"Regex\": ...} or {\"String\": ...}");
-    const auto& b = member(j, "behavior", path, where);
+    const auto& b = json_member(j, "behavior", path, where);
     const std::string name = b.is_string() ? b.get<std::string>() : "";
     Behavior behavior;
     if (name == "Isolated") behavior = Behavior::isolated;
@@ -283,7 +279,7 @@ void add_normalizer(TextPipeline& p, const nlohmann::json& j, const std::string&
   if (depth > 4) throw DataError(where + ": " + path + ": normalizer Sequences nest too deeply");
   const std::string type = type_of(j, path, where);
   if (type == "Sequence") {
-    const auto& list = member(j, "normalizers", path, where);
+    const auto& list = json_member(j, "normalizers", path, where);
     if (!list.is_array()) throw DataError(where + ": " + path + ".normalizers must be a list");
     for (size_t i = 0; i < list.size(); ++i)
       add_normalizer(p, list[i], path + ".normalizers[" + std::to_string(i) + "]", where, depth + 1);
@@ -295,6 +291,13 @@ void add_normalizer(TextPipeline& p, const nlohmann::json& j, const std::string&
 }
 
 }  // namespace
+
+const nlohmann::json& json_member(const nlohmann::json& j, const char* key, const std::string& path,
+                                  const std::string& where) {
+  if (!j.is_object() || !j.contains(key))
+    throw DataError(where + ": " + (path.empty() ? std::string(key) : path + "." + key) + " is missing");
+  return j.at(key);
+}
 
 std::string_view TextPipeline::normalize(std::string_view text, std::string& scratch) const {
   if (!nfc) return text;

@@ -71,6 +71,11 @@ struct TextPipeline {
   void pre_tokenize(std::string_view text, const PieceFn& emit) const;
 };
 
+// j[key] of an object read from tokenizer.json; DataError "<where>:
+// <path>.<key> is missing" otherwise (just <key> at the top level).
+const nlohmann::json& json_member(const nlohmann::json& j, const char* key, const std::string& path,
+                                  const std::string& where);
+
 // Reads tokenizer.json's "normalizer" and "pre_tokenizer" values. Throws
 // DataError naming `where` and the key path (pre_tokenizer.pretokenizers[1].type)
 // for anything outside the supported set above.

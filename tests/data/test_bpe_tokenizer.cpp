@@ -278,6 +278,7 @@ TEST(BpeTokenizer, BadFilesNameTheKey) {
     EXPECT_TRUE(has(load_error(k), "id 257 is neither in model.vocab nor in added_tokens"));
   }
   EXPECT_TRUE(has(load_error(json::array()), "not a tokenizer.json"));
+  EXPECT_TRUE(has(load_error(json{{"version", "1.0"}}), "tok.json: model is missing"));
   BpeTokenizer t(j.dump(), "tok.json");
   std::vector<int32_t> out;
   try {
