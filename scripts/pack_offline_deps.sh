@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs keel's non-LibTorch dependencies (yaml-cpp, spdlog, fmt, sentencepiece,
-# CLI11, nlohmann-json, GoogleTest, zlib, zstd: headers, libraries, CMake configs)
+# CLI11, nlohmann-json, GoogleTest, zlib, zstd, PCRE2, utf8proc: headers, libraries, CMake configs)
 # from this machine's Debian packages into one folder, usable as a CMake
 # prefix on a machine without internet (an air-gapped cluster, the GPU box):
 #
