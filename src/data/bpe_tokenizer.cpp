@@ -294,22 +294,22 @@ void BpeTokenizer::encode(std::string_view text, std::vector<int32_t>& out) cons
 }
 
 void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.size() == 1) {  // a single byte is its own symbol, merged or not
+    out.push_back(byte_id_[static_cast<unsigned char>(word[0])]);
+    return;
+  }
+  std::string key(word);  // one copy serves the vocabulary lookup and the cache
   if (ignore_merges_) {
-    auto it = by_bytes_.find(std::string(word));
+    auto it = by_bytes_.find(key);
     if (it != by_bytes_.end()) {
       out.push_back(it->second);
       return;
     }
   }
-  if (word.size() == 1) {
-    out.push_back(byte_id_[static_cast<unsigned char>(word[0])]);
-    return;
-  }
   if (word.size() > kCachedWordBytes) {
     merge_word(word, out);
     return;
   }
-  std::string key(word);
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto it = cache_.find(key);

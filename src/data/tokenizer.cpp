@@ -3,11 +3,10 @@
 #include <sentencepiece_processor.h>
 
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 
 #include "data/bpe_tokenizer.h"
 #include "util/error.h"
+#include "util/fs.h"
 
 namespace keel {
 
@@ -16,18 +15,11 @@ Tokenizer::Tokenizer(const std::string& model_path) : name_(model_path) {
 }
 
 std::string read_tokenizer_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw data_error(path, "cannot open tokenizer (does it exist and is it readable?)");
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  if (size > static_cast<std::streamoff>(kMaxTokenizerBytes))
-    throw data_error(path, std::to_string(size) + " bytes, more than a tokenizer file may have (" +
-                               std::to_string(kMaxTokenizerBytes >> 20) + " MiB)");
-  in.seekg(0);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (!in.good() && !in.eof()) throw data_error(path, "read error");
-  return bytes.str();
+  try {
+    return read_small_file(path, kMaxTokenizerBytes);
+  } catch (const FileError& e) {  // a tokenizer that cannot be read is a data error, like a bad one
+    throw DataError(e.what());
+  }
 }
 
 Tokenizer Tokenizer::from_serialized(const std::string& proto, const std::string& name) {

@@ -9,6 +9,7 @@
 
 #include "checkpoint/checkpoint_store.h"
 #include "checkpoint/safetensors.h"
+#include "data/tokenizer.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/json.h"
@@ -103,7 +104,7 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
     // Under its own name: tokenizer.model (SentencePiece) or tokenizer.json.
     const std::string name = tokenizer_path.substr(tokenizer_path.rfind('/') + 1);
     files.push_back({name, [&](const std::string& p) {
-                       write_file_durably(p, read_small_file(tokenizer_path, uint64_t{256} << 20));
+                       write_file_durably(p, read_tokenizer_file(tokenizer_path));
                      }});
   }
   // Checked and fsynced like every other file (an unchecked stream once left
