@@ -59,6 +59,9 @@ std::unique_ptr<Mixture> BatchLoader::make_mixture(const std::string& dir, const
     if (f.entry >= static_cast<int64_t>(sources.size()))
       throw DataError(dir + " was prepared from more data.sources entries than the " + std::to_string(sources.size()) +
                       " weighted ones; re-run keel prepare, or give every entry a weight");
+    if (f.train_tokens > stream_.size() - pos)  // checked before adding: a hostile count cannot overflow
+      throw DataError(dir + ": the sources' train tokens add up to more than the " + std::to_string(stream_.size()) +
+                      " the train shards hold (a corrupt manifest); re-run keel prepare --force");
     auto& s = sources[f.entry];
     if (s.tokens == 0) s.begin = pos;
     else if (s.begin + s.tokens != pos)

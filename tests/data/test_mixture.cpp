@@ -203,3 +203,24 @@ TEST(Mixture, ConfigReadsWeightedSourcesAndWritesThemBack) {
   EXPECT_NE(error("data:\n  sources: [{path: a.txt, wieght: 1}]\n").find("data.sources[0].wieght"), std::string::npos);
   EXPECT_NE(error("data:\n  sources: [{weight: 1}]\n").find("data.sources[0].path"), std::string::npos);
 }
+
+// A manifest whose per-source counts do not add up to the train split (a
+// hostile or damaged file) is refused before any range is computed from it.
+TEST(Mixture, ManifestCountsThatDoNotAddUpAreRefused) {
+  const auto& d = two_sources();
+  const std::vector<std::pair<std::string, double>> weights = {{d.a, 1.0}, {d.b, 1.0}};
+  for (int64_t bad : {int64_t{9000000000000000000}, int64_t{1}}) {
+    std::string dir = make_temp_dir("mixture_bad") + "/data";
+    ensure_directory(dir);
+    for (const auto& name : list_directory(d.dir)) write_text(dir + "/" + name, read_bytes(d.dir + "/" + name));
+    DataManifest m = read_data_manifest(dir);
+    m.sources[1].train_tokens = bad;
+    write_data_manifest(m, dir);
+    try {
+      BatchLoader l(dir, "train", T, 8, 0, 1, 11, 0, false, weights);
+      ADD_FAILURE() << "counts of " << bad << " were accepted";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("a corrupt manifest"), std::string::npos) << e.what();
+    }
+  }
+}
