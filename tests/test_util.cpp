@@ -32,8 +32,17 @@ const bool g_seed_each_test_registered = [] {
 
 }  // namespace
 
+namespace {
+// Compiled-in paths, unless the environment names others: the GPU check
+// runs these programs on another machine, from another checkout.
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+}  // namespace
+
 int run_keel(const std::string& args, std::string* output) {
-  std::string cmd = std::string(KEEL_BINARY) + " " + args + " 2>&1";
+  std::string cmd = env_or("KEEL_BINARY", KEEL_BINARY) + " " + args + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) throw std::runtime_error("popen failed for: " + cmd);
   std::array<char, 4096> buf;
@@ -55,7 +64,7 @@ std::string make_temp_dir(const std::string& tag) {
 }
 
 std::string source_path(const std::string& relative) {
-  return std::string(KEEL_SOURCE_DIR) + "/" + relative;
+  return env_or("KEEL_SOURCE_DIR", KEEL_SOURCE_DIR) + "/" + relative;
 }
 
 std::string read_file(const std::string& path) {

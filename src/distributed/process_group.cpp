@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -65,8 +66,45 @@ DistBackend resolve_backend(DistBackend requested, bool cuda_device) {
 Dist::Dist() : h_(std::make_unique<Handles>()) {}
 Dist::~Dist() = default;
 
-Dist::Dist(const DistEnv& env, DistBackend backend, double timeout_s)
-    : env_(env), backend_(backend), timeout_s_(timeout_s), h_(std::make_unique<Handles>()) {
+std::vector<EnvSetting> nccl_error_handling_env(double timeout_s, const std::map<std::string, std::string>& existing) {
+  const int heartbeat = static_cast<int>(std::max(600.0, timeout_s + 120.0));
+  const std::vector<EnvSetting> wanted = {
+      // 2 = CleanUpOnly: on a failed or timed-out collective the watchdog
+      // aborts the communicators and marks the work failed, and the next
+      // wait or collective throws in keel, which ends the rank through
+      // PeerFailure. PyTorch's default (3) tears the process down from the
+      // watchdog thread instead (SIGABRT, exit 134).
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "2", "a failed collective throws in keel instead of aborting the process"},
+      // No flight-recorder dump on a timeout: it delays the exit and writes
+      // files outside the run directory.
+      {"TORCH_NCCL_DUMP_ON_TIMEOUT", "0", "no debug dump on a timeout"},
+      // Ranks learn of another rank's NCCL error through the store, not only
+      // at their own timeout.
+      {"TORCH_NCCL_PROPAGATE_ERROR", "1", "an error on one rank reaches the others through the store"},
+      // The last resort: if the watchdog itself hangs (an abort that does not
+      // return), the monitor ends the process (SIGABRT) after this long.
+      {"TORCH_NCCL_ENABLE_MONITORING", "1", "a hung watchdog still ends the process"},
+      {"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", std::to_string(heartbeat), "dist.timeout_s + 120 s, at least 600 s"},
+  };
+  std::vector<EnvSetting> out;
+  for (const auto& w : wanted) {
+    auto it = existing.find(w.name);
+    if (it != existing.end()) out.push_back({w.name, it->second, "set by the user"});
+    else out.push_back(w);
+  }
+  return out;
+}
+
+std::pair<int, int> ranks_sharing_a_device(const std::vector<std::string>& keys) {
+  for (size_t a = 0; a < keys.size(); ++a)
+    for (size_t b = a + 1; b < keys.size(); ++b)
+      if (!keys[a].empty() && keys[a] == keys[b]) return {static_cast<int>(a), static_cast<int>(b)};
+  return {-1, -1};
+}
+
+Dist::Dist(const DistEnv& env, DistBackend backend, double timeout_s, torch::Device device,
+           const std::string& device_key)
+    : env_(env), backend_(backend), device_(device), timeout_s_(timeout_s), h_(std::make_unique<Handles>()) {
   if (!env.distributed()) return;
   // Under torchrun the store may be its agent's, which outlives the workers
   // when it restarts them: keys are per restart so old ones never match.
@@ -138,7 +176,20 @@ Dist::Dist(const DistEnv& env, DistBackend backend, double timeout_s)
     throw DistError("rank(s) " + list + " did not join the rendezvous at " + where(env) + " within dist.timeout_s = " +
                     seconds(timeout_s) + " (WORLD_SIZE=" + mine + " here: were that many workers started?)");
   }
-  // 3. The backend, over the same store.
+  // 3. NCCL refuses two ranks on one GPU ("Duplicate GPU detected") deep in
+  // its first collective: say so here, with the keys that decide it.
+  if (backend == DistBackend::nccl) {
+    const auto [a, b] = ranks_sharing_a_device(exchange("device", device_key));
+    if (a >= 0)
+      throw DistError("ranks " + std::to_string(a) + " and " + std::to_string(b) + " would share the GPU " +
+                      device_key + ", which NCCL refuses: give each rank its own GPU (CUDA_VISIBLE_DEVICES, "
+                      "--nproc at most the GPU count), or use dist.backend: gloo to share one");
+    std::map<std::string, std::string> existing;
+    for (const auto& w : nccl_error_handling_env(timeout_s, {}))
+      if (const char* v = std::getenv(w.name.c_str())) existing[w.name] = v;
+    for (const auto& w : nccl_error_handling_env(timeout_s, existing)) setenv(w.name.c_str(), w.value.c_str(), 0);
+  }
+  // 4. The backend, over the same store.
   try {
     if (backend == DistBackend::nccl) {
 #ifdef KEEL_WITH_NCCL
@@ -179,11 +230,15 @@ void Dist::wait(const Work& work, const char* what) {
     if (host_waits_for_collectives(backend_)) work->wait(to_ms(timeout_s_));
     else work->wait();
   } catch (const std::exception& e) {
-    throw PeerFailure("rank " + std::to_string(rank()) + ": " + what + " with the other ranks failed: " +
-                      std::string(e.what()).substr(0, 400) +
-                      "\nAnother worker probably died or hung (its own log says why); this rank gives up "
-                      "rather than wait (dist.timeout_s = " + seconds(timeout_s_) + ").");
+    throw peer_failure(what, e);
   }
+}
+
+PeerFailure Dist::peer_failure(const char* what, const std::exception& e) const {
+  return PeerFailure("rank " + std::to_string(rank()) + ": " + what + " with the other ranks failed: " +
+                     std::string(e.what()).substr(0, 400) +
+                     "\nAnother worker probably died or hung (its own log says why); this rank gives up "
+                     "rather than wait (dist.timeout_s = " + seconds(timeout_s_) + ").");
 }
 
 namespace {
@@ -194,28 +249,31 @@ c10d::AllreduceOptions reduce_op(c10d::ReduceOp::RedOpType op) {
 }
 }  // namespace
 
-void Dist::all_reduce_sum(torch::Tensor& t, const char* what) {
-  if (!distributed()) return;
-  std::vector<torch::Tensor> v{t};
-  wait(h_->backend->allreduce(v, reduce_op(c10d::ReduceOp::SUM)), what);
+// Every collective is launched here: a launch that throws (an aborted NCCL
+// communicator, TORCH_NCCL_ASYNC_ERROR_HANDLING=2) ends the rank as a
+// failed wait does.
+Dist::Work Dist::launch(const std::function<Work()>& start, const char* what) {
+  try {
+    return start();
+  } catch (const std::exception& e) {
+    throw peer_failure(what, e);
+  }
 }
 
-void Dist::all_reduce_max(torch::Tensor& t, const char* what) {
+void Dist::all_reduce(torch::Tensor& t, c10d::ReduceOp::RedOpType op, const char* what) {
   if (!distributed()) return;
   std::vector<torch::Tensor> v{t};
-  wait(h_->backend->allreduce(v, reduce_op(c10d::ReduceOp::MAX)), what);
+  wait(launch([&] { return h_->backend->allreduce(v, reduce_op(op)); }, what), what);
 }
 
-void Dist::all_reduce_min(torch::Tensor& t, const char* what) {
-  if (!distributed()) return;
-  std::vector<torch::Tensor> v{t};
-  wait(h_->backend->allreduce(v, reduce_op(c10d::ReduceOp::MIN)), what);
-}
+void Dist::all_reduce_sum(torch::Tensor& t, const char* what) { all_reduce(t, c10d::ReduceOp::SUM, what); }
+void Dist::all_reduce_max(torch::Tensor& t, const char* what) { all_reduce(t, c10d::ReduceOp::MAX, what); }
+void Dist::all_reduce_min(torch::Tensor& t, const char* what) { all_reduce(t, c10d::ReduceOp::MIN, what); }
 
 Dist::Work Dist::all_reduce_sum_async(torch::Tensor& t) {
   if (!distributed()) return Work();
   std::vector<torch::Tensor> v{t};
-  return h_->backend->allreduce(v, reduce_op(c10d::ReduceOp::SUM));
+  return launch([&] { return h_->backend->allreduce(v, reduce_op(c10d::ReduceOp::SUM)); }, "the gradient all-reduce");
 }
 
 void Dist::broadcast(std::vector<torch::Tensor>& tensors, int root, const char* what) {
@@ -229,7 +287,7 @@ void Dist::broadcast(std::vector<torch::Tensor>& tensors, int root, const char* 
     std::vector<torch::Tensor> flat{torch::cat(parts)};
     c10d::BroadcastOptions o;
     o.rootRank = root;
-    wait(h_->backend->broadcast(flat, o), what);
+    wait(launch([&] { return h_->backend->broadcast(flat, o); }, what), what);
     torch::NoGradGuard no_grad;
     int64_t offset = 0;
     for (size_t i : idx) {
@@ -244,8 +302,10 @@ void Dist::barrier(const char* what) {
   if (!distributed()) return;
   // An all-reduce of one element rather than Backend::barrier: NCCL's
   // barrier guesses a device, and this one honours the timeout the same way.
-  auto opts = torch::TensorOptions().device(backend_ == DistBackend::nccl ? torch::Device(torch::kCUDA, env_.local_rank)
-                                                               : torch::Device(torch::kCPU));
+  // On the device setup_compute chose for this rank (cuda_device_for_rank),
+  // not one guessed from LOCAL_RANK: with one GPU visible per rank that is
+  // device 0 on every rank.
+  auto opts = torch::TensorOptions().device(backend_ == DistBackend::nccl ? device_ : torch::Device(torch::kCPU));
   auto t = torch::zeros({1}, opts);
   all_reduce_sum(t, what);
 }

@@ -8,12 +8,16 @@
 // hanging it.
 #pragma once
 
+#include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/torch.h>
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"  // DistBackend
@@ -27,8 +31,12 @@ class Dist {
   Dist();
   // Rendezvous and backend ("nccl" or "gloo"). Throws DistError with a
   // message that names the cause (port in use, master unreachable, ranks
-  // missing) when it cannot connect within timeout_s.
-  Dist(const DistEnv& env, DistBackend backend, double timeout_s);
+  // missing, two NCCL ranks on one GPU) when it cannot connect within
+  // timeout_s. `device` is where this rank's collectives run (the CUDA
+  // device setup_compute chose, for NCCL); `device_key` names the physical
+  // device ("host/PCI bus id"), so ranks that share one are found.
+  Dist(const DistEnv& env, DistBackend backend, double timeout_s, torch::Device device = torch::kCPU,
+       const std::string& device_key = "");
   ~Dist();
   Dist(const Dist&) = delete;
   Dist& operator=(const Dist&) = delete;
@@ -66,7 +74,12 @@ class Dist {
  private:
   DistEnv env_;
   DistBackend backend_ = DistBackend::automatic;  // a job of one has none
+  torch::Device device_ = torch::kCPU;
   double timeout_s_ = 300;
+  Work launch(const std::function<Work()>& start, const char* what);
+  void all_reduce(torch::Tensor& t, c10d::ReduceOp::RedOpType op, const char* what);
+  // The PeerFailure that `what` failing with `e` ends this rank with (one message, NCCL or Gloo).
+  PeerFailure peer_failure(const char* what, const std::exception& e) const;
   int64_t exchange_seq_ = 0;
   std::string key_prefix_ = "keel/";  // store keys; per torchrun restart
   struct Handles;
@@ -76,6 +89,19 @@ class Dist {
 // "nccl" or "gloo" for dist.backend ("auto" picks by device); throws
 // DistError when the build lacks it or it does not fit the device.
 DistBackend resolve_backend(DistBackend requested, bool cuda_device);
+
+// NCCL's failure handling, set before its process group exists unless the
+// user set the variable (name, value, why), so that a dead or hung peer ends
+// this rank through PeerFailure as with Gloo (docs/data-parallel.md says what
+// happens when it cannot). `existing` holds the variables already set.
+struct EnvSetting {
+  std::string name, value, why;
+};
+std::vector<EnvSetting> nccl_error_handling_env(double timeout_s, const std::map<std::string, std::string>& existing);
+
+// The first two ranks whose `keys` (Dist's device_key, by rank) name the
+// same device, or {-1, -1}. Empty keys never match.
+std::pair<int, int> ranks_sharing_a_device(const std::vector<std::string>& keys);
 
 // Whether Dist::wait blocks the host until a collective is done (Gloo), or
 // only orders the CUDA stream after it (NCCL: the host runs ahead, and the

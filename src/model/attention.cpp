@@ -213,9 +213,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     o.scale = scale_;
     o.softcap = softcap_;
     o.clamp = clamp_;
-    // 128 rows: fastest of 64 / 128 / 256 on the CPU at T = 1024 (docs/speed.md), each block's
-    // [B, H, 128, 128] fp32 logits small enough for the caches between passes.
-    o.block_q = o.block_k = 128;
+    o.block_q = o.block_k = blockwise_block_size(q.device().type(), T);
     o.head_max = track || stats;
     o.stats = stats != nullptr;
     BlockwiseResult r = blockwise_attention(q, k, v, o);

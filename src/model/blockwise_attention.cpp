@@ -1,5 +1,6 @@
 #include "model/blockwise_attention.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
@@ -182,6 +183,19 @@ struct BlockwiseFn : public torch::autograd::Function<BlockwiseFn> {
 
 }  // namespace
 
+torch::ScalarType attention_dtype(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const auto device = q.device().type();
+  if (at::autocast::is_autocast_enabled(device)) return at::autocast::get_autocast_dtype(device);
+  return c10::promoteTypes(c10::promoteTypes(q.scalar_type(), k.scalar_type()), v.scalar_type());
+}
+
+int64_t blockwise_block_size(torch::DeviceType device, int64_t seq_len) {
+  if (device != torch::kCUDA) return 128;
+  int64_t block = 256;
+  while (block < 1024 && block * 8 < seq_len) block *= 2;
+  return block;
+}
+
 BlockwiseResult blockwise_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const BlockwiseOptions& o) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "blockwise_attention: q, k, v must be [B, H, T, D]");
@@ -190,7 +204,14 @@ BlockwiseResult blockwise_attention(const torch::Tensor& q, const torch::Tensor&
   TORCH_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "blockwise_attention: query heads ", q.size(1),
               " are not a multiple of key/value heads ", k.size(1));
   TORCH_CHECK(o.block_q > 0 && o.block_k > 0, "blockwise_attention: block sizes must be positive");
-  auto outs = BlockwiseFn::apply(q, k, v, o.scale, o.softcap.value_or(0.0), o.clamp.value_or(0.0), o.block_q,
+  // One dtype for q, k and v, chosen as autocast chooses it for SDPA (its
+  // lower-precision list): an fp32 QK-Norm output (L2, LayerNorm) meets a
+  // bf16 v under autocast, and the custom function, which runs with
+  // autocast excluded, would otherwise multiply mismatched dtypes. The casts
+  // are autograd ops, so each input's gradient returns in its own dtype.
+  const auto dtype = attention_dtype(q, k, v);
+  auto cast = [dtype](const torch::Tensor& t) { return t.scalar_type() == dtype ? t : t.to(dtype); };
+  auto outs = BlockwiseFn::apply(cast(q), cast(k), cast(v), o.scale, o.softcap.value_or(0.0), o.clamp.value_or(0.0), o.block_q,
                                  o.block_k, o.head_max, o.stats);
   BlockwiseResult r;
   r.out = outs[0];

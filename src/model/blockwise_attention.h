@@ -38,6 +38,18 @@ struct BlockwiseResult {
   torch::Tensor max_capped;  // [] max |logit| after cap and clamp (stats)
 };
 
+// The dtype the blocks compute in: autocast's when it is on for q's device
+// (as SDPA gets its inputs), else the promotion of the three.
+torch::ScalarType attention_dtype(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+// Query and key rows per block. The CPU: 128, fastest of 64 / 128 / 256 at
+// T = 1024 (docs/speed.md), each block's fp32 logits small enough for the
+// caches between passes. CUDA: every block is a dozen kernel launches, so
+// blocks grow with T (256 up to 1024, at least T / 8) to keep a layer's
+// forward and backward under 36 block pairs each up to T = 8192 instead of
+// the ~500 that 128-row blocks would launch at T = 4096.
+int64_t blockwise_block_size(torch::DeviceType device, int64_t seq_len);
+
 // q: [B, H, T, D]; k, v: [B, Hkv, T, D] with H a multiple of Hkv (query head
 // h reads key/value head h / (H / Hkv)). Differentiable in q, k and v.
 BlockwiseResult blockwise_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

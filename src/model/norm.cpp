@@ -23,7 +23,17 @@ torch::Tensor rms_normalize(const torch::Tensor& x, double eps) {
 torch::Tensor NormImpl::forward(const torch::Tensor& x) {
   // Gemma's form stores w and multiplies by (1 + w): the same function as a
   // plain gain of 1 + w, but weight decay and init act on w (init 0).
-  const torch::Tensor weight = unit_offset && this->weight.defined() ? this->weight + 1.0 : this->weight;
+  torch::Tensor weight = unit_offset && this->weight.defined() ? this->weight + 1.0 : this->weight;
+  // A bf16 input (a QK-Norm under autocast, or the reordered and sandwich
+  // layouts' norm of a bf16 sublayer output) with fp32 gains: at::rms_norm
+  // then falls back to its multi-pass composite with a warning (CUDA's fused
+  // kernel wants one dtype), and a per-head gain would promote the output to
+  // fp32. Take the gain to the input's dtype (a differentiable cast: its
+  // gradient still reaches the fp32 master weight). LayerNorm needs none:
+  // autocast runs it in fp32, gains included.
+  const bool reduced = x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kHalf;
+  if (reduced && kind != NormKind::layernorm && weight.defined() && weight.scalar_type() != x.scalar_type())
+    weight = weight.to(x.scalar_type());
   // A gain of shape [dim] can go into the fused kernels; a per-head gain
   // ([heads, dim]) is applied afterwards by broadcasting.
   const bool fused_affine = weight.defined() && weight.dim() == 1;

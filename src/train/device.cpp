@@ -14,6 +14,9 @@
 
 #include "model/attention.h"
 #include "model/fused_ops.h"
+#include "util/error.h"
+#include "util/host.h"
+#include "util/log.h"  // strf
 
 #ifdef KEEL_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -107,6 +110,16 @@ std::string apply_attention_backend(AttentionBackend backend, torch::Device devi
   return text;
 }
 
+int cuda_device_for_rank(int local_rank, int local_world, int visible_devices) {
+  if (visible_devices < 1) throw DistError("no CUDA device is visible to local rank " + std::to_string(local_rank));
+  if (visible_devices == 1) return 0;
+  if (local_world <= visible_devices) return local_rank;
+  throw DistError(strf("LOCAL_WORLD_SIZE=%d ranks on this node but CUDA_VISIBLE_DEVICES leaves %d GPUs visible: "
+                       "start at most %d ranks per node (keel launch --nproc, torchrun --nproc-per-node, "
+                       "srun --ntasks-per-node), or give each rank its own GPU (--gpus-per-task=1)",
+                       local_world, visible_devices, visible_devices));
+}
+
 ComputeSetup setup_compute(const TrainConfig& t, int local_rank, int local_world) {
   ComputeSetup s;
   const bool have_cuda = torch::cuda::is_available();
@@ -122,11 +135,15 @@ ComputeSetup setup_compute(const TrainConfig& t, int local_rank, int local_world
   torch::set_num_threads(s.threads);
   if (device == DeviceChoice::cuda) {
 #ifdef KEEL_WITH_CUDA
-    s.device = torch::Device(torch::kCUDA, local_rank % static_cast<int>(torch::cuda::device_count()));
+    s.device = torch::Device(torch::kCUDA, cuda_device_for_rank(local_rank, local_world,
+                                                                 static_cast<int>(torch::cuda::device_count())));
     c10::cuda::set_device(s.device.index());
     cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, s.device.index());
     s.device_name = prop.name;
+    char bus[32] = {0};
+    cudaDeviceGetPCIBusId(bus, sizeof bus, s.device.index());
+    s.device_key = host_name() + "/" + bus;
     s.bf16_autocast = t.precision != Precision::fp32;
     at::globalContext().setAllowTF32CuBLAS(t.tf32);
     at::globalContext().setAllowTF32CuDNN(t.tf32);

@@ -18,7 +18,21 @@ struct ComputeSetup {
   std::string peak_source;      // "H200 dense bf16 (spec)", "measured fp32 matmul", ...
   std::string device_name;
   std::string attention_order;  // SDPA backends in the order tried, e.g. "cudnn, flash, efficient, math"
+  std::string device_key;       // which physical device: "host/PCI bus id" on CUDA, empty on the CPU
 };
+
+// The CUDA device a rank computes and communicates on, decided here and
+// nowhere else (setup_compute takes it, and the process group's collectives
+// use the device setup_compute chose):
+//   one visible device            device 0: one GPU per rank (SLURM
+//                                 --gpus-per-task=1, CUDA_VISIBLE_DEVICES set
+//                                 per rank), or ranks sharing one GPU (Gloo
+//                                 only: NCCL refuses that, see Dist)
+//   at least as many as ranks     device LOCAL_RANK
+//   more ranks than devices (>1)  a DistError naming LOCAL_WORLD_SIZE and
+//                                 CUDA_VISIBLE_DEVICES: two ranks would share
+//                                 a GPU while others sat idle
+int cuda_device_for_rank(int local_rank, int local_world, int visible_devices);
 
 // Resolves train.device / precision / threads / tf32 and applies them.
 // Throws std::runtime_error when cuda is asked for and absent.

@@ -50,6 +50,8 @@ class Muon : public Optimizer {
   std::vector<std::pair<std::string, torch::Tensor>> state() const override;
   void load_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) override;
   std::vector<std::string> describe() const override;
+  // Newton-Schulz and the momentum stay on the device; its AdamW may not.
+  std::string graph_capture_obstacle() const override { return adamw_->graph_capture_obstacle(); }
 
   // The parameters each part trains (for the settings table and the tests).
   const std::vector<NamedParam>& muon_params() const { return muon_params_; }

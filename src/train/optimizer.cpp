@@ -155,4 +155,8 @@ torch::Tensor clip_grad_norm(const std::vector<NamedParam>& params, double max_n
   return total;
 }
 
+std::string AdamW::graph_capture_obstacle() const {
+  return fused_ ? "" : "train.optimizer_impl: reference reads the learning rate on the host every step";
+}
+
 }  // namespace keel

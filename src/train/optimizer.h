@@ -43,6 +43,9 @@ class Optimizer {
   virtual void load_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) = 0;
   // Lines for the settings table: what trains which parameters.
   virtual std::vector<std::string> describe() const = 0;
+  // Why step(lr tensor) cannot be captured in a CUDA graph (it reads the
+  // host in the middle of the step), or empty when it can.
+  virtual std::string graph_capture_obstacle() const = 0;
 
  protected:
   std::vector<NamedParam> params_;
@@ -57,6 +60,7 @@ class AdamW : public Optimizer {
   void step(const torch::Tensor& lr, const torch::Tensor& found_inf = {}) override;
 
   bool fused() const { return fused_; }
+  std::string graph_capture_obstacle() const override;
   // Optimizer state by name ("exp_avg.<param>", "exp_avg_sq.<param>", "step.<param>").
   std::vector<std::pair<std::string, torch::Tensor>> state() const override;
   void load_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) override;

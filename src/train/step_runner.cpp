@@ -53,6 +53,17 @@ StepRunner::StepRunner(Transformer model, Optimizer& optimizer, const Config& cf
     : model_(std::move(model)), optimizer_(optimizer), cfg_(cfg), compute_(compute), micro_batch_(micro_batch) {
   if (cfg.train.qk_clip_tau)  // QK-clip: the training forwards record each head's largest logit
     for (const auto& b : *model_->blocks) b->as<BlockImpl>()->attn->track_head_max = true;
+  // Refused here as well as by the config check: a StepRunner built by
+  // hand (bench, tests, a later caller) must not capture an optimizer that
+  // would read the host inside the graph. Checked on every device, so the
+  // CPU tests hold it.
+  if (cfg.train.cuda_graph) {
+    if (const std::string why = optimizer.graph_capture_obstacle(); !why.empty()) {
+      ConfigErrors e;
+      e.add("train.cuda_graph", "cannot capture this optimizer: " + why);
+      throw ConfigError(e);
+    }
+  }
   graph_mode_ = cfg.train.cuda_graph && compute.device.is_cuda();
   if (graph_mode_) {
     // Cast weights must be recomputed inside the graph, not served from

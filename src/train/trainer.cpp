@@ -129,7 +129,7 @@ void Trainer::setup() {
   const DistEnv env = parse_dist_env(current_dist_environment());
   compute_ = setup_compute(cfg_.train, env.local_rank, env.local_world_size);
   dist_ = env.distributed() ? std::make_unique<Dist>(env, resolve_backend(cfg_.dist.backend, compute_.device.is_cuda()),
-                                                     cfg_.dist.timeout_s)
+                                                     cfg_.dist.timeout_s, compute_.device, compute_.device_key)
                             : std::make_unique<Dist>();
   check_config_matches_rank0();
   check_cuda_graph_setup(cfg_, compute_, dist_->world());  // every rank alike, before anything is written

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "distributed/dist_env.h"
+#include "distributed/process_group.h"
+#include "train/device.h"
 
 using keel::DistEnv;
 using keel::DistError;
@@ -86,4 +88,72 @@ TEST(DistEnv, NodeLists) {
   EXPECT_EQ(keel::first_host_of_nodelist("gpu[03-05,09],cpu1"), "gpu03");
   EXPECT_EQ(keel::first_host_of_nodelist("a1,a2"), "a1");
   EXPECT_EQ(keel::first_host_of_nodelist("n[12,15]"), "n12");
+}
+
+using namespace keel;
+
+// ------------------------------------------------ which GPU a rank uses
+// One function decides (cuda_device_for_rank); setup_compute and the NCCL
+// barrier both use its answer (issue 30, defect 2: the barrier took
+// cuda:LOCAL_RANK and failed with "invalid device ordinal" when each rank
+// saw one GPU).
+
+TEST(RankDevice, OneVisibleGpuPerRankIsDeviceZeroOnEveryRank) {
+  for (int local_rank = 0; local_rank < 8; ++local_rank)
+    EXPECT_EQ(cuda_device_for_rank(local_rank, 8, 1), 0) << local_rank;
+}
+
+TEST(RankDevice, NGpusPerNodeGiveEachLocalRankItsOwn) {
+  for (int local_rank = 0; local_rank < 8; ++local_rank)
+    EXPECT_EQ(cuda_device_for_rank(local_rank, 8, 8), local_rank);
+  EXPECT_EQ(cuda_device_for_rank(1, 2, 8), 1) << "fewer ranks than GPUs: the first ones";
+}
+
+TEST(RankDevice, MoreRanksThanGpusIsAnErrorNamingTheKeys) {
+  try {
+    cuda_device_for_rank(3, 4, 2);
+    FAIL() << "4 ranks on 2 GPUs were accepted";
+  } catch (const DistError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("LOCAL_WORLD_SIZE=4"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--nproc"), std::string::npos) << msg;
+    EXPECT_EQ(e.exit_code(), exit_code::bad_input);
+  }
+  EXPECT_THROW(cuda_device_for_rank(0, 1, 0), DistError);
+}
+
+TEST(RankDevice, RanksSharingAPhysicalGpuAreFound) {
+  EXPECT_EQ(ranks_sharing_a_device({"n1/0000:01:00.0", "n1/0000:02:00.0", "n2/0000:01:00.0"}),
+            std::make_pair(-1, -1));
+  EXPECT_EQ(ranks_sharing_a_device({"n1/0000:01:00.0", "n1/0000:02:00.0", "n1/0000:01:00.0"}),
+            std::make_pair(0, 2));
+  EXPECT_EQ(ranks_sharing_a_device({"", ""}), std::make_pair(-1, -1)) << "CPU ranks have no key";
+}
+
+// ------------------------------------------------ NCCL's failure contract
+// The variables keel sets before ProcessGroupNCCL reads them (issue 30,
+// defect 3), unless the user set them.
+
+TEST(NcclErrorHandling, KeelSetsCleanUpOnlySoAFailedCollectiveThrows) {
+  const auto env = nccl_error_handling_env(300, {});
+  std::map<std::string, std::string> got;
+  for (const auto& e : env) {
+    got[e.name] = e.value;
+    EXPECT_FALSE(e.why.empty()) << e.name;
+  }
+  EXPECT_EQ(got.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "2");
+  EXPECT_EQ(got.at("TORCH_NCCL_DUMP_ON_TIMEOUT"), "0");
+  EXPECT_EQ(got.at("TORCH_NCCL_ENABLE_MONITORING"), "1");
+  EXPECT_EQ(got.at("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"), "600") << "at least 600 s";
+  EXPECT_EQ(nccl_error_handling_env(1800, {}).back().value, "1920") << "dist.timeout_s + 120 s";
+}
+
+TEST(NcclErrorHandling, AVariableTheUserSetIsKept) {
+  const auto env = nccl_error_handling_env(300, {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}});
+  for (const auto& e : env)
+    if (e.name == "TORCH_NCCL_ASYNC_ERROR_HANDLING") {
+      EXPECT_EQ(e.value, "3");
+      EXPECT_EQ(e.why, "set by the user");
+    }
 }

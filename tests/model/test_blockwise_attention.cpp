@@ -7,6 +7,7 @@
 
 #include "model/attention.h"
 #include "model/blockwise_attention.h"
+#include "model/fused_ops.h"
 #include "train/op_counter.h"
 
 namespace {
@@ -150,6 +151,36 @@ TEST(BlockwiseAttention, NoOperatorSeesATByTTensor) {
       explicit_has_t_by_t |= sizes.size() >= 2 && sizes[sizes.size() - 1] == T && sizes[sizes.size() - 2] == T;
   }
   EXPECT_TRUE(explicit_has_t_by_t);
+}
+
+// Every block is a dozen operators, each a kernel launch on CUDA: 128-row
+// blocks launched ~18,000 per layer at T = 4096 (~250k per micro-batch of
+// gpt2-124m), so CUDA takes larger blocks (issue 30, defect 5). Counted on
+// the CPU's composite path (what CUDA runs) with CUDA's block size.
+TEST(BlockwiseAttention, CudaBlocksBoundTheLaunchesAtLongSequences) {
+  const int64_t T = 4096;
+  EXPECT_EQ(keel::blockwise_block_size(torch::kCPU, T), 128);
+  EXPECT_EQ(keel::blockwise_block_size(torch::kCUDA, 1024), 256);
+  EXPECT_EQ(keel::blockwise_block_size(torch::kCUDA, T), 512);
+  EXPECT_EQ(keel::blockwise_block_size(torch::kCUDA, 8192), 1024);
+  EXPECT_EQ(keel::blockwise_block_size(torch::kCUDA, 65536), 1024) << "blocks stop growing (memory)";
+  auto in = random_inputs(1, 2, 1, T, 8, 1.0, 4);
+  auto kernels = [&](int64_t block) {
+    keel::CompositeOnly composite;
+    auto q = in.q.clone().requires_grad_(true), k = in.k.clone().requires_grad_(true),
+         v = in.v.clone().requires_grad_(true);
+    keel::BlockwiseOptions o;
+    o.scale = 0.35;
+    o.softcap = 30.0;
+    o.head_max = true;
+    o.block_q = o.block_k = block;
+    keel::OpCounter counter;
+    keel::blockwise_attention(q, k, v, o).out.backward(in.dy);
+    return counter.counts().kernels;
+  };
+  const int64_t cuda = kernels(keel::blockwise_block_size(torch::kCUDA, T));
+  EXPECT_LE(cuda, 2500) << "one layer's forward and backward at T = 4096";
+  EXPECT_GT(kernels(128), 5 * cuda) << "the CPU's 128-row blocks launch far more: the bound can fail";
 }
 
 TEST(BlockwiseAttention, RefusesShapesThatDoNotFit) {

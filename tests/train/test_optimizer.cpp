@@ -7,6 +7,7 @@
 #include "model/init.h"
 #include "test_util.h"
 #include "train/optimizer.h"
+#include "train/step_runner.h"
 
 using namespace keel;
 
@@ -234,4 +235,36 @@ TEST(Overfit, TinyModelMemorisesOneBatch) {
   }
   EXPECT_GT(first, 3.5);  // about log(50) at init
   EXPECT_LT(last, 0.05) << "did not memorise one batch: loss " << first << " -> " << last;
+}
+
+// A StepRunner refuses, by itself, an optimizer that a CUDA graph cannot
+// capture (the reference AdamW reads the learning rate on the host), whether
+// or not the config check ran first; checked on every device, so here too.
+TEST(StepRunnerGraph, RefusesAnOptimizerThatCannotBeCapturedWithTheKey) {
+  for (OptimizerKind kind : {OptimizerKind::adamw, OptimizerKind::muon}) {
+    for (const char* impl : {"reference", "fused"}) {
+      SCOPED_TRACE(name_of(kind) + std::string(" / ") + impl);
+      Config c;
+      c.model = tiny_model();
+      c.train = adam_config(impl);
+      c.train.optimizer = kind;
+      c.train.cuda_graph = true;
+      Transformer model = build_model(c.model, 1);
+      auto opt = make_optimizer(named(model), c.train, c.model.head_dim());
+      ComputeSetup cpu;
+      if (std::string(impl) == "reference") {
+        EXPECT_FALSE(opt->graph_capture_obstacle().empty());
+        try {
+          StepRunner runner(model, *opt, c, cpu, 2);
+          ADD_FAILURE() << "a reference optimizer was accepted for a CUDA graph";
+        } catch (const ConfigError& e) {
+          EXPECT_NE(std::string(e.what()).find("train.cuda_graph"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("train.optimizer_impl: reference"), std::string::npos) << e.what();
+        }
+      } else {
+        EXPECT_EQ(opt->graph_capture_obstacle(), "");
+        EXPECT_NO_THROW(StepRunner(model, *opt, c, cpu, 2));
+      }
+    }
+  }
 }
