@@ -3,19 +3,29 @@
 # AddressSanitizer and UndefinedBehaviorSanitizer (in build-asan/, beside the
 # normal build) and runs them: an out-of-bounds read or undefined behaviour
 # that a hostile file triggers fails here even where it would not crash.
-# scripts/test.sh calls it; it builds only what it runs (about 10 minutes on
-# 2 cores the first time). Exits non-zero on any failure.
+# scripts/test.sh calls it after the normal build, whose LibTorch code
+# (libkeel_core.a, uninstrumented) and binary it reuses: instrumented are
+# keel_base (every text, JSON, YAML, shard, tokenizer and sweep reader), the
+# tensor files that read files (safetensors, checkpoint state; see
+# KEEL_TENSOR_READERS in cmake/keel_sources.cmake) and the test programs.
+# Without a normal build it instruments everything (slower). It builds only
+# what it runs. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${KEEL_SANITIZE_DIR:-build-asan}
 tests=(test_fuzz test_corpus_reader test_bpe_tokenizer test_safetensors test_checkpoint_store test_config test_sweep_spec)
 say() { echo "[sanitize] $*"; }
+main=$(realpath -m "${KEEL_BUILD_DIR:-build}")
+reuse=()
+if [ -f "$main/libkeel_core.a" ] && [ -x "$main/keel" ]; then
+  reuse=(-DKEEL_REUSE_CORE="$main")
+fi
 if [ ! -f "$dir/build.ninja" ]; then
-  say "configuring $dir (ASan + UBSan, -O1)"
+  say "configuring $dir (ASan + UBSan, -O1${reuse:+; LibTorch code and binary from $main})"
   mkdir -p "$dir"
   # shellcheck disable=SC2086
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
-    -DKEEL_SANITIZE=address,undefined -DKEEL_PARQUET=OFF ${CMAKE_ARGS:-} > "$dir/configure.log" 2>&1 ||
+    -DKEEL_SANITIZE=address,undefined -DKEEL_PARQUET=OFF "${reuse[@]}" ${CMAKE_ARGS:-} > "$dir/configure.log" 2>&1 ||
     { cat "$dir/configure.log"; exit 1; }
 fi
 start=$(date +%s)

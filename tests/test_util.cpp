@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <torch/torch.h>
 
 #include <array>
 #include <cstdio>
@@ -14,23 +13,6 @@
 #include <stdexcept>
 
 namespace keel_test {
-
-namespace {
-
-// LibTorch seeds its default CPU generator from a non-deterministic source,
-// so a test drawing from it unseeded saw different numbers on every run (and
-// a statistical bound failed once in CI). Every test now starts from the same
-// state, whatever ran before it in the process.
-class SeedEachTest : public ::testing::EmptyTestEventListener {
-  void OnTestStart(const ::testing::TestInfo&) override { torch::manual_seed(20261130); }
-};
-
-const bool g_seed_each_test_registered = [] {
-  ::testing::UnitTest::GetInstance()->listeners().Append(new SeedEachTest);
-  return true;
-}();
-
-}  // namespace
 
 namespace {
 // Compiled-in paths, unless the environment names others: the GPU check

@@ -1,0 +1,52 @@
+# The sources that use LibTorch, directly or through a keel header they
+# include. They build in keel_core, with a precompiled header of LibTorch;
+# every other source under src/ builds in keel_base, WITHOUT LibTorch's
+# include path, so a base file that starts to include torch fails to compile
+# (move it here) rather than silently slowing every build down: a LibTorch
+# translation unit costs 8-15 s on the 2-core machine, a base one 1-5 s
+# (docs/building.md). src/cli/ is its own library (keel_cli), linked only
+# by the binary.
+set(KEEL_TENSOR_SOURCES
+  src/checkpoint/safetensors.cpp
+  src/data/loader.cpp
+  src/distributed/grad_sync.cpp
+  src/distributed/process_group.cpp
+  src/interop/hf_export.cpp
+  src/interop/hf_import.cpp
+  src/model/attention.cpp
+  src/model/blockwise_attention.cpp
+  src/model/chunked_loss.cpp
+  src/model/fused_ops.cpp
+  src/model/generate.cpp
+  src/model/init.cpp
+  src/model/model_size.cpp
+  src/model/norm.cpp
+  src/model/rope.cpp
+  src/model/sigma_reparam.cpp
+  src/model/transformer.cpp
+  src/monitor/stability.cpp
+  src/train/bench.cpp
+  src/train/device.cpp
+  src/train/device_counters.cpp
+  src/train/evaluator.cpp
+  src/train/init_from.cpp
+  src/train/metrics_logger.cpp
+  src/train/model_stats.cpp
+  src/train/muon.cpp
+  src/train/op_counter.cpp
+  src/train/optimizer.cpp
+  src/train/qk_clip.cpp
+  src/train/step_runner.cpp
+  src/train/train_state.cpp
+  src/train/trainer.cpp
+  src/train/trainer_checkpoint.cpp
+  src/train/trainer_dist.cpp
+  src/train/trainer_rewind.cpp
+  src/train/training_setup.cpp
+)
+# The command-line files that use LibTorch (keel_cli: the precompiled header for these only).
+set(KEEL_CLI_TENSOR_SOURCES src/cli/cmd_sample.cpp src/cli/cmd_smoke.cpp)
+# The tensor files that read files a user hands keel (safetensors, checkpoint
+# state): instrumented in the sanitizer build even where it reuses the rest
+# of keel_core uninstrumented (KEEL_REUSE_CORE).
+set(KEEL_TENSOR_READERS src/checkpoint/safetensors.cpp src/train/train_state.cpp src/data/loader.cpp)
