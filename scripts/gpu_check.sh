@@ -1,73 +1,149 @@
 #!/usr/bin/env bash
-# keel's GPU check, made to fit ONE call on the lent GPU machine (one H200,
-# 600 s a command, at most 8 files back). It builds only what it runs (keel
-# and the GPU test program), runs the GPU tests, CUDA training runs (eager,
-# CUDA graph, the NCCL path on one GPU) and the speed benchmarks (keel bench,
-# keel vs PyTorch eager / torch.compile, QK-Norm and monitoring cost), and
-# leaves exactly three files in $OUT:
-#   summary.md    a table: each check passed / failed / skipped and its time; every figure
-#   bench.json    every bench record, as written by keel bench and bench/bench_pytorch.py
-#   logs.tar.gz   every log (build, tests, runs, benches)
-# Runs, data and logs live in a scratch folder outside $OUT (GPU_CHECK_SCRATCH).
-# Each section prints its elapsed time; a section whose estimate does not fit
-# the time left (GPU_CHECK_BUDGET_S, default 420 s) is skipped, and a running
-# one is cut at the time left, so the script always gets to write its results.
-# Exit status 1 if any check failed, 2 if the preflight found something missing.
+# keel's GPU check, in TWO calls on the lent GPU machine (one H200; 600 s a
+# command, 15 minutes of device time a session, at most 8 files back).
+# Part 1 checks correctness, part 2 measures speed. Both run binaries built
+# on the development machine by scripts/gpu_pack.sh and carried as
+# gpu-carry/, so no call spends its minutes building; docs/gpu.md has the
+# exact calls and how to read what comes back.
 #
-#   OUT=... bash scripts/gpu_check.sh [PYTHON]     # PYTHON default /opt/torch/.venv/bin/python
-#   GPU_CHECK_DRY=1 OUT=... bash scripts/gpu_check.sh
-#       CPU rehearsal (tests/python/test_gpu_check.py runs it in CI): every
-#       line that does not need CUDA, on the CPU at tiny sizes, against the
-#       existing build ($KEEL_BUILD_DIR, default build) and .venv's Python.
+#   bash scripts/gpu_pack.sh                                       # here, first
+#   GPU_CHECK_PART=1 OUT=$OUT bash scripts/gpu_check.sh [PYTHON]   # there, carry ["gpu-carry"]
+#   GPU_CHECK_PART=2 OUT=$OUT bash scripts/gpu_check.sh [PYTHON]   # PYTHON: /opt/torch/.venv/bin/python
 #
-# Why build on the GPU machine rather than carry binaries built here: its
-# OS and glibc are not known in advance, the carry limit is 64 MiB, and the
-# build against /opt/torch is itself one of the things this checks. Only the
-# Debian dependencies travel, packed by scripts/pack_offline_deps.sh into
-# offline-deps/ (carry it).
+# Part 1, correctness: preflight; the GPU test program; CUDA vs CPU loss
+# curves; NCCL and data parallel on one GPU (two ranks, resume, a peer
+# killed); training under a CUDA graph; bf16 with every QK-Norm type, with and
+# without the attention softcap; whole vs chunked output logits.
+# Part 2, speed: gpt2-124m keel vs PyTorch eager and torch.compile; cuDNN vs
+# flash attention; QK-Norm and monitoring cost; softcap at T = 1024 and
+# 4096; Muon; CUDA graphs (kernel counts are in every bench record).
+#
+# $OUT gets three files:
+#   summary.md    one page: each check passed / failed / skipped with its time and estimate; the figures
+#   results.json  every figure: sections, preflight facts, bench records, training-run summaries,
+#                 the loss comparison, the NCCL findings
+#   logs.tar.gz   every log (sections, runs, benches)
+# Exit status: 0 all passed (a skip is not a failure), 1 a check failed, 2 the preflight failed.
+#
+# Environment:
+#   GPU_CHECK_PART=1|2   the part (default 1)
+#   GPU_CHECK_BUDGET_S   seconds for the part (default 480): a section whose estimate does not fit
+#                        the time left is skipped and reported, a running one is cut at it
+#   GPU_CHECK_ONLY=a,b   only these sections (the preflight always runs)
+#   GPU_CHECK_PLAN=1     print the plan, "PART SECTION ESTIMATE_S" lines for both parts, run nothing
+#   GPU_CHECK_DRY=1      CPU rehearsal (tests/python/test_gpu_check.py runs it in CI): every line that
+#                        does not need CUDA, at tiny sizes, with $KEEL_BUILD_DIR/keel and
+#                        tests/test_cuda (default build) and .venv's Python; cuda -> cpu, nccl -> gloo
+#   GPU_CHECK_SCRATCH    runs, data and logs (default: a temp dir, removed at the end)
+#   GPU_CHECK_CARRY      the carried folder (default gpu-carry)
+#
+# LD_LIBRARY_PATH is never exported: the carried keel finds its libraries
+# through wrapper scripts that set it for keel (and test_cuda) alone.
+# Exported, it would reach Python and the box's torch, and break them.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 repo=$PWD
 dry=${GPU_CHECK_DRY:-0}
 [[ $dry == 0 ]] && dry=""
-budget=${GPU_CHECK_BUDGET_S:-420}
+plan_only=${GPU_CHECK_PLAN:-0}
+[[ $plan_only == 0 ]] && plan_only=""
+part=${GPU_CHECK_PART:-1}
+budget=${GPU_CHECK_BUDGET_S:-480}
+only=${GPU_CHECK_ONLY:-}
+carry=${GPU_CHECK_CARRY:-$repo/gpu-carry}
+if [[ $part != 1 && $part != 2 ]]; then
+  echo "gpu_check: GPU_CHECK_PART must be 1 or 2, not '$part'" >&2
+  exit 2
+fi
 t_start=$SECONDS
 out=${OUT:-$repo/gpu-results}
-scratch=${GPU_CHECK_SCRATCH:-$(mktemp -d "${TMPDIR:-/tmp}/keel-gpu-check.XXXXXX")}
+if [[ -n $plan_only ]]; then
+  scratch=/nonexistent-gpu-check-plan   # never created: the plan runs nothing
+else
+  scratch=${GPU_CHECK_SCRATCH:-$(mktemp -d "${TMPDIR:-/tmp}/keel-gpu-check.XXXXXX")}
+fi
 logs=$scratch/logs
-mkdir -p "$out" "$logs" "$scratch/bench" "$scratch/runs"
-results=$scratch/results.tsv   # name, status, seconds, note
-: > "$results"
+results=$scratch/results.tsv   # name, status, seconds, estimate, note
+facts=$scratch/facts.tsv       # preflight facts: key, value
+tool=$scratch/gpu_check_tool.py
+rebuild_dir=$repo/build-gpu
 
 if [[ -n $dry ]]; then
   py=${1:-$repo/.venv/bin/python}
   build=${KEEL_BUILD_DIR:-build}
+  [[ $build == /* ]] || build=$repo/$build
+  keel_bin=$build/keel
+  test_bin=$build/tests/test_cuda
   dev=cpu
 else
   py=${1:-/opt/torch/.venv/bin/python}
-  build=${KEEL_BUILD_DIR:-build-gpu}
+  [[ -x $py ]] || py=$(command -v python3 || echo "$py")
+  keel_bin=$carry/bin/keel
+  test_bin=$carry/bin/test_cuda
   dev=cuda
 fi
-deps=$repo/offline-deps
-keel=$build/keel
+keel=$scratch/bin/keel          # wrappers (write_wrappers): the binaries with their libraries
+test_cuda=$scratch/bin/test_cuda
 
 say() { printf '[gpu_check %4ds] %s\n' "$((SECONDS - t_start))" "$*"; }
-record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >> "$results"; }
+record() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >> "$results"; }
+fact() { printf '%s\t%s\n' "$1" "$(printf '%s' "$2" | tr '\t\n' '  ')" >> "$facts"; }
 
+# ------------------------------------------------------------- what to run
+# The bench model: GPT-2-124M-class at T = 1024, bf16, 64 sequences in
+# micro-batches of 32. The dry run shrinks the same configs to seconds.
+if [[ -n $dry ]]; then
+  gpt2_set=(--set train.device=cpu --set train.precision=fp32 --set model.d_model=64 --set model.n_layers=2
+            --set model.n_heads=2 --set model.n_kv_heads=2 --set model.max_seq_len=32 --set model.vocab_size=512
+            --set train.batch_size=4 --set train.micro_batch_size=2)
+  train_set=(--set train.device=cpu --set model.n_layers=1 --set train.batch_size=4 --set model.max_seq_len=32
+             --set model.vocab_size=512 --set train.warmup_steps=1 --set train.log_every=1 --set train.eval_batches=2)
+  steps=(--steps 2 --warmup 1)
+  long_set=(--set model.max_seq_len=64)
+  nccl=gloo            # NCCL needs CUDA: the dry run takes the same lines with Gloo
+  graph=false          # so do CUDA graphs: the same lines, eagerly
+  compare_modes=eager  # torch.compile takes minutes on 2 cores
+  train_steps=4 cmp_steps=4 cmp_log=1 dp_steps=6 dp_stop=3 bf16_steps=2
+else
+  gpt2_set=(--set train.batch_size=64 --set train.micro_batch_size=32)
+  train_set=(--set train.device=cuda)
+  steps=(--steps 20 --warmup 5)
+  long_set=(--set model.max_seq_len=4096 --set train.batch_size=16 --set train.micro_batch_size=8)
+  nccl=nccl
+  graph=true
+  compare_modes="eager compile"
+  train_steps=300 cmp_steps=40 cmp_log=5 dp_steps=40 dp_stop=20 bf16_steps=30
+fi
+cmp_tol=0.05      # |loss(CUDA) - loss(CPU)| at each logged step, fp32 without TF32 on both
+dp_timeout=30     # dist.timeout_s of the data-parallel runs: a dead peer must end the other within it
+data_set=(--set data.dir="$scratch/data" --set run.out_dir="$scratch/runs")
+
+# ---------------------------------------------------------------- sections
 # section NAME ESTIMATE_S COMMAND...: runs COMMAND with its output in
 # logs/NAME.log when the estimate fits the budget left, else records a skip.
+# Estimates are seconds on the H200 (16 cores), guesses until a real run
+# refines them; GPU_CHECK_PLAN=1 prints them and the CI test checks that each
+# part's sum fits its budget.
 failed=()
+selected=()   # names GPU_CHECK_ONLY matched
 kill_tree() {  # kill_tree PID SIGNAL: the process and all its descendants
   local child
   for child in $(pgrep -P "$1"); do kill_tree "$child" "$2"; done
   kill -"$2" "$1" 2> /dev/null || true
 }
+wanted() {  # is section $1 selected by GPU_CHECK_ONLY (everything when unset)?
+  [[ -z $only ]] && return 0
+  [[ ",$only," == *",$1,"* ]] && { selected+=("$1"); return 0; }
+  return 1
+}
 section() {
   local name=$1 est=$2; shift 2
+  [[ $name == build ]] || wanted "$name" || return 0   # the fallback build is never left out
+  if [[ -n $plan_only ]]; then echo "$cur_part $name $est"; return 0; fi
   local left=$((budget - (SECONDS - t_start)))
   if (( est > left )); then
     say "$name: skipped (needs ~${est} s, ${left} s left)"
-    record "$name" skipped 0 "needs ~${est} s, ${left} s left"
+    record "$name" skipped 0 "$est" "needs ~${est} s, ${left} s left"
     return 0
   fi
   local t0=$SECONDS rc=0 cut=""
@@ -92,106 +168,22 @@ section() {
   local dt=$((SECONDS - t0))
   if (( rc == 0 )); then
     say "$name: passed in ${dt} s"
-    record "$name" passed "$dt" ""
+    record "$name" passed "$dt" "$est" ""
   else
     local why="exit $rc"
     [[ -n $cut ]] && why="cut at the budget ($left s left)"
     say "$name: FAILED ($why) in ${dt} s; last lines:"
     tail -n 15 "$logs/$name.log" | sed 's/^/    /'
-    record "$name" failed "$dt" "$why"
+    record "$name" failed "$dt" "$est" "$why"
     failed+=("$name")
   fi
 }
 
-# ---------------------------------------------------------------- preflight
-# Within seconds: everything the rest needs, or a clear stop.
-preflight() {
-  local missing=()
-  if [[ -z $dry ]]; then
-    if command -v nvidia-smi > /dev/null; then
-      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || missing+=("a working nvidia-smi")
-    else
-      missing+=(nvidia-smi)
-    fi
-    if command -v nvcc > /dev/null; then nvcc --version | tail -n 2
-    elif [[ -x /usr/local/cuda/bin/nvcc ]]; then /usr/local/cuda/bin/nvcc --version | tail -n 2
-    else missing+=(nvcc); fi
-    [[ -d $deps/include ]] || missing+=("offline-deps/ (run scripts/pack_offline_deps.sh here and carry it)")
-  else
-    echo "dry run: no GPU, nvcc or offline-deps needed; build dir $build"
-  fi
-  local tool
-  for tool in cmake ninja g++ tar; do
-    if command -v "$tool" > /dev/null; then echo "$tool: $("$tool" --version | head -n 1)"; else missing+=("$tool"); fi
-  done
-  if [[ -x $py ]]; then
-    local want_cuda=1
-    [[ -n $dry ]] && want_cuda=0
-    "$py" - "$want_cuda" <<'EOF' || missing+=("PyTorch with CUDA in $py")
-import sys
-import torch
-print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
-      f"cuda available {torch.cuda.is_available()}")
-if sys.argv[1] == "1" and not torch.cuda.is_available():
-    sys.exit("torch sees no CUDA device")
-EOF
-  else
-    missing+=("python at $py")
-  fi
-  if (( ${#missing[@]} )); then
-    echo "missing: ${missing[*]}"
-    return 2
-  fi
+# ----------------------------------------------------------- the sections' bodies
+ensure_data() {  # the default config's tokens, prepared once for every training section
+  "$keel" prepare configs/default.yaml "${train_set[@]}" "${data_set[@]}" --quiet > "$logs/prepare.log" 2>&1 \
+      || { cat "$logs/prepare.log"; return 1; }
 }
-say "out $out, scratch $scratch, build $build, python $py${dry:+, DRY RUN on the CPU}, budget ${budget} s"
-t0=$SECONDS
-if preflight > "$logs/preflight.log" 2>&1; then
-  sed 's/^/    /' "$logs/preflight.log"
-  record preflight passed $((SECONDS - t0)) ""
-  preflight_ok=1
-else
-  sed 's/^/    /' "$logs/preflight.log"
-  say "preflight failed: nothing else runs"
-  record preflight failed $((SECONDS - t0)) "$(tail -n 1 "$logs/preflight.log")"
-  failed+=(preflight)
-  preflight_ok=""
-fi
-
-# -------------------------------------------------------------------- build
-build_keel() {
-  if [[ ! -f $build/build.ninja ]]; then
-    local prefix=()
-    [[ -d $deps ]] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
-    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKEEL_TORCH_PYTHON="$py" "${prefix[@]}" || return 1
-  fi
-  cmake --build "$build" -j"$(nproc)" --target keel test_cuda
-}
-[[ -d $deps ]] && export LD_LIBRARY_PATH=$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-
-# ------------------------------------------------------------- what to run
-# The bench model: GPT-2-124M-class at T = 1024, bf16, 64 sequences in
-# micro-batches of 32. The dry run shrinks the same config to seconds.
-if [[ -n $dry ]]; then
-  gpt2_set=(--set train.device=cpu --set train.precision=fp32 --set model.d_model=64 --set model.n_layers=2
-            --set model.n_heads=2 --set model.n_kv_heads=2 --set model.max_seq_len=32 --set model.vocab_size=512
-            --set train.batch_size=4 --set train.micro_batch_size=2)
-  train_set=(--set train.device=cpu --set model.n_layers=1 --set train.batch_size=4 --set model.max_seq_len=32
-             --set train.warmup_steps=1 --set train.log_every=2 --set train.eval_batches=2)
-  steps=(--steps 2 --warmup 1)
-  long_set=(--set model.max_seq_len=64)
-  train_steps=4
-  graph=false   # CUDA graphs need CUDA: the dry run takes the same lines eagerly
-  compare_modes=eager
-else
-  gpt2_set=(--set train.batch_size=64 --set train.micro_batch_size=32)
-  train_set=(--set train.device=cuda)
-  steps=(--steps 20 --warmup 5)
-  long_set=(--set model.max_seq_len=4096 --set train.batch_size=16 --set train.micro_batch_size=8)
-  train_steps=300
-  graph=true
-  compare_modes="eager compile"
-fi
-data_set=(--set data.dir="$scratch/data" --set run.out_dir="$scratch/runs")
 bench() {  # bench NAME CONFIG [keel bench args]: one record in bench/NAME.json
   local name=$1 config=$2; shift 2
   "$keel" bench "$config" --random-data --json "$scratch/bench/$name.json" "$@"
@@ -201,9 +193,161 @@ train() {  # train NAME STEPS [keel train args]
   "$keel" train configs/default.yaml "${train_set[@]}" "${data_set[@]}" --set run.name="$name" \
       --set train.max_steps="$n" "$@"
 }
-launch_train() {  # the NCCL code path (Gloo in the dry run): a data-parallel group of one
-  "$keel" launch --nproc 1 -- train configs/default.yaml "${train_set[@]}" "${data_set[@]}" \
-      --set run.name=nccl-1gpu --set train.max_steps="$((train_steps / 3 + 1))"
+
+gpu_tests() {  # the GPU test program (tests/gpu), pointed at this checkout and the carried keel
+  KEEL_SOURCE_DIR=$repo KEEL_BINARY=$keel "$test_cuda" --gtest_brief=1 \
+      --gtest_output="json:$scratch/figures/gpu-tests.json"
+}
+
+train_cuda_vs_cpu() {  # the default config on CUDA and on the CPU, fp32, same seed: same loss curve
+  ensure_data || return 1
+  local cmp=(--set train.precision=fp32 --set train.tf32=false --set train.log_every="$cmp_log"
+             --set train.eval_every=0 --set run.seed=1337)
+  train cmp-cuda "$cmp_steps" "${cmp[@]}" --set train.device="$dev" || return 1
+  train cmp-cpu "$cmp_steps" "${cmp[@]}" --set train.device=cpu || return 1
+  "$py" "$tool" losses "$scratch/figures/train-cuda-vs-cpu.json" "$cmp_tol" \
+      "$scratch/runs/cmp-cuda" "$scratch/runs/cmp-cpu"
+}
+
+# NCCL and data parallel on the one GPU. NCCL usually refuses two ranks on
+# one device ("Duplicate GPU detected"): that is recorded as a finding, not a
+# failure, and the two-rank checks then run with Gloo on CUDA tensors, next
+# to a one-rank NCCL run (the NCCL code path: communicator, all-reduce on
+# the GPU). Findings go to figures/nccl.tsv.
+nccl_2ranks() {
+  ensure_data || return 1
+  local d=$logs/nccl-2ranks bad=0 dp_backend=$nccl
+  local note=$scratch/figures/nccl.tsv
+  mkdir -p "$d"
+  finding() { printf '%s\t%s\n' "$1" "$(printf '%s' "$2" | tr '\t\n' '  ')" >> "$note"; echo "$1: $2"; }
+  local dp=(configs/default.yaml "${train_set[@]}" "${data_set[@]}" --set train.precision=fp32 --set train.tf32=false
+            --set train.max_steps="$dp_steps" --set train.log_every=1 --set checkpoint.every=0
+            --set dist.timeout_s="$dp_timeout")
+  local limit=$((2 * dp_timeout + 60))   # no launch may outlive this, whatever NCCL does
+  finding backend_asked "$nccl"
+
+  # 1. Two ranks on one GPU with NCCL.
+  if NCCL_DEBUG=WARN timeout -k 5 "$limit" "$keel" launch --nproc 2 -- train "${dp[@]}" \
+       --set dist.backend="$nccl" --set run.name=dp-nccl-2ranks > "$d/nccl-2ranks.log" 2>&1; then
+    finding two_ranks_one_gpu "ran with $nccl"
+  elif grep -qi 'duplicate gpu' "$d/nccl-2ranks.log"; then
+    finding two_ranks_one_gpu "refused by NCCL: $(grep -m1 -io 'duplicate gpu.*' "$d/nccl-2ranks.log" | cut -c1-200)"
+    dp_backend=gloo
+  else
+    finding two_ranks_one_gpu "FAILED: $(grep -v '^ *$' "$d/nccl-2ranks.log" | tail -n 1 | cut -c1-300)"
+    bad=1
+    dp_backend=gloo
+  fi
+  finding two_rank_backend "$dp_backend"
+
+  # 2. One rank through the launcher with NCCL: the NCCL path without a second device.
+  if timeout -k 5 "$limit" "$keel" launch --nproc 1 -- train "${dp[@]}" --set dist.backend="$nccl" \
+       --set run.name=dp-nccl-1rank > "$d/nccl-1rank.log" 2>&1 \
+     && "$py" "$tool" steps "$scratch/runs/dp-nccl-1rank" "$dp_steps"; then
+    finding one_rank "passed: $(grep -m1 -o '[0-9]* ranks, [a-z]*' "$d/nccl-1rank.log")"
+  else
+    finding one_rank "FAILED: $(tail -n 1 "$d/nccl-1rank.log" | cut -c1-300)"
+    bad=1
+  fi
+
+  # 3. Two ranks stopped at a step, then resumed (--resume auto): every step
+  # logged once, and the losses of the one-rank run (same global batches).
+  local two=(--set dist.backend="$dp_backend" --set run.name=dp-resume)
+  if timeout -k 5 "$limit" "$keel" launch --nproc 2 -- train "${dp[@]}" "${two[@]}" \
+       --stop-after-step "$dp_stop" > "$d/resume-first.log" 2>&1 \
+     && timeout -k 5 "$limit" "$keel" launch --nproc 2 -- train "${dp[@]}" "${two[@]}" \
+       --resume auto > "$d/resume-second.log" 2>&1 \
+     && "$py" "$tool" steps "$scratch/runs/dp-resume" "$dp_steps" \
+     && "$py" "$tool" losses "$scratch/figures/nccl-resume-losses.json" "$cmp_tol" \
+          "$scratch/runs/dp-resume" "$scratch/runs/dp-nccl-1rank"; then
+    finding resume "passed: 2 ranks ($dp_backend) stopped after step $dp_stop, resumed to $dp_steps"
+  else
+    finding resume "FAILED (logs/nccl-2ranks/resume-*.log)"
+    bad=1
+  fi
+
+  # 4. A peer killed (kill -9) mid-run: the other must exit non-zero within
+  # dist.timeout_s with a peer-failure message. The ranks are started by
+  # hand, as torchrun does: keel launch would stop the survivor itself.
+  local port pid0 pid1 rc0=0 t_kill waited metrics=$scratch/runs/dp-killed/metrics.jsonl
+  # keel's own message (Gloo, or NCCL caught in wait), or NCCL's watchdog when it ends the process first
+  local peer_failure='Another worker probably died|Watchdog caught|timed out|Connection (reset|closed)|NCCL error'
+
+  port=$("$py" "$tool" port)
+  local args=(train "${dp[@]}" --set dist.backend="$dp_backend" --set run.name=dp-killed
+              --set train.max_steps=1000000 --set train.eval_every=0)
+  RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$keel" "${args[@]}" > "$d/killed-rank0.log" 2>&1 &
+  pid0=$!
+  RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$keel" "${args[@]}" > "$d/killed-rank1.log" 2>&1 &
+  pid1=$!
+  local deadline=$((SECONDS + 90))   # training is under way once rank 0 logged two steps
+  while (( SECONDS < deadline )) && kill -0 "$pid0" 2> /dev/null \
+        && [[ $(cat "$metrics" 2> /dev/null | wc -l) -lt 2 ]]; do sleep 0.2; done
+  kill -9 "$pid1" 2> /dev/null
+  wait "$pid1" 2> /dev/null
+  t_kill=$SECONDS
+  deadline=$((SECONDS + dp_timeout + 20))
+  while kill -0 "$pid0" 2> /dev/null && (( SECONDS < deadline )); do sleep 0.2; done
+  waited=$((SECONDS - t_kill))
+  if kill -0 "$pid0" 2> /dev/null; then
+    kill -9 "$pid0"
+    wait "$pid0" 2> /dev/null
+    finding peer_killed "FAILED: rank 0 still running ${waited} s after rank 1 was killed"
+    bad=1
+  else
+    wait "$pid0" || rc0=$?
+    local msg
+    msg=$(grep -m1 -E "$peer_failure" "$d/killed-rank0.log" | cut -c1-300)
+    local hint
+    hint=$(grep -m1 'Another worker probably died' "$d/killed-rank0.log" | cut -c1-200)
+    [[ -n $hint && $hint != "$msg" ]] && msg="$msg | $hint"
+    finding peer_killed_rank0_exit "$rc0"
+    finding peer_killed_rank0_seconds "$waited"
+    finding peer_killed_rank0_message "$msg"
+    if (( rc0 != 0 && waited <= dp_timeout + 10 )) && [[ -n $msg ]]; then
+      finding peer_killed "passed: rank 0 exited $rc0 ${waited} s after rank 1 was killed (dist.timeout_s $dp_timeout)"
+    else
+      finding peer_killed "FAILED: rank 0 exited $rc0 after ${waited} s"
+      bad=1
+    fi
+  fi
+  return $bad
+}
+
+train_graph() {  # the default config trained under a CUDA graph (eagerly in the dry run)
+  ensure_data || return 1
+  train cuda-graph "$train_steps" --set train.cuda_graph=$graph || return 1
+  "$py" "$tool" finite "$scratch/figures/train-cuda-graph.json" "$scratch/runs/cuda-graph"
+}
+
+bf16_variants() {  # bf16 autocast with each QK-Norm type, softcap off and 50: exit 0 and a finite loss
+  ensure_data || return 1
+  local qk cap name bad=0 runs=()
+  mkdir -p "$logs/bf16-variants"
+  for qk in none rms layernorm l2; do
+    for cap in none 50; do
+      name=bf16-qk-$qk-softcap-$cap
+      local extra=()
+      [[ $cap != none ]] && extra=(--set model.attn_softcap="$cap")
+      if train "$name" "$bf16_steps" --set train.precision=bf16 --set model.qk_norm.type="$qk" "${extra[@]}" \
+           > "$logs/bf16-variants/$name.log" 2>&1; then
+        echo "$name: exit 0"
+      else
+        echo "$name: FAILED (exit $?): $(tail -n 1 "$logs/bf16-variants/$name.log")"
+        bad=1
+      fi
+      runs+=("$scratch/runs/$name")
+    done
+  done
+  "$py" "$tool" finite "$scratch/figures/bf16-variants.json" "${runs[@]}" || bad=1
+  return $bad
+}
+
+gpt2_logits() {  # the chunked output head + loss (train.loss_chunk_tokens, default 8192) against whole logits
+  bench gpt2 configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" || return 1
+  bench gpt2-whole-logits configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" --set train.loss_chunk_tokens=0
 }
 compare() {  # keel vs PyTorch eager and torch.compile, one round
   KEEL=$keel PYTHON=$py MODES=$compare_modes STEPS=${steps[1]} WARMUP=${steps[3]} OUT="$scratch/bench/compare" \
@@ -213,48 +357,60 @@ qknorm() {  # QK-Norm none / rms / l2 and the monitoring cost, one round
   KEEL=$keel PYTHON=$py STEPS=${steps[1]} WARMUP=${steps[3]} OUT="$scratch/bench/qknorm" \
       bash scripts/bench_qknorm.sh configs/gpt2-124m.yaml 1 "${gpt2_set[@]}" --random-data
 }
+graph_bench() {  # the small default model, where launch overhead dominates: eager, then one CUDA graph
+  bench default-eager configs/default.yaml "${train_set[@]}" "${steps[@]}" || return 1
+  bench default-graph configs/default.yaml "${train_set[@]}" "${steps[@]}" --set train.cuda_graph=$graph
+}
 
-# Sections in order of what matters most; estimates are for the H200 with
-# 16 cores (the first real run refines them: see docs/results/gpu/).
-if [[ -n $preflight_ok ]]; then
-  section build 200 build_keel
-  if [[ -x $keel ]]; then
-    section gpu-tests 40 "$build/tests/test_cuda" --gtest_brief=1
-    section train-cuda 45 train default-cuda "$train_steps"
-    section bench-gpt2 45 bench gpt2 configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}"
-    # The chunked output head + loss (train.loss_chunk_tokens, default 8192) against whole logits.
-    section bench-gpt2-whole-logits 40 bench gpt2-whole-logits configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
-        --set train.loss_chunk_tokens=0
-    section compare-pytorch 150 compare
-    section train-cuda-graph 45 train cuda-graph "$train_steps" --set train.cuda_graph=$graph
-    section bench-gpt2-graph 40 bench gpt2-graph configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
-        --set train.cuda_graph=$graph
-    # Muon's step cost (issue 21): Newton-Schulz in bf16, batched per shape group, against AdamW's bench-gpt2.
-    section bench-gpt2-muon 45 bench gpt2-muon configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
-        --set train.optimizer=muon
-    section bench-qknorm 70 qknorm
-    # train.attention_backend: auto prefers cuDNN attention on Hopper; FlashAttention-2 for comparison.
-    section bench-gpt2-flash 40 bench gpt2-flash configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
-        --set train.attention_backend=flash
-    # Gemma's attention softcap on the blockwise attention, at T = 1024 and 4096 (SDPA without it: bench-gpt2).
-    section bench-gpt2-softcap 45 bench gpt2-softcap configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
-        --set model.attn_softcap=50
-    section bench-gpt2-softcap-4k 60 bench gpt2-softcap-4k configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
-        --set model.attn_softcap=50 "${long_set[@]}"
-    section train-nccl 35 launch_train
-    section bench-default-eager 20 bench default-eager configs/default.yaml "${train_set[@]}" "${steps[@]}"
-    section bench-default-graph 20 bench default-graph configs/default.yaml "${train_set[@]}" "${steps[@]}" \
-        --set train.cuda_graph=$graph
-  fi
+# -------------------------------------------------------------------- parts
+# Within each part the sections that matter most come first: when time runs
+# short, the end of the list is what is skipped.
+preflight_est=15   # estimate: nvidia-smi, one Python with torch, keel --version
+part1() {
+  section gpu-tests 40 gpu_tests
+  section train-cuda-vs-cpu 60 train_cuda_vs_cpu
+  section nccl-2ranks 110 nccl_2ranks
+  section train-cuda-graph 45 train_graph
+  section bf16-variants 100 bf16_variants
+  section bench-gpt2-whole-logits 80 gpt2_logits
+}
+part2() {
+  section compare-pytorch 150 compare
+  # train.attention_backend: auto (compare's keel record) prefers cuDNN attention on Hopper; FlashAttention-2.
+  section bench-gpt2-flash 40 bench gpt2-flash configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+      --set train.attention_backend=flash
+  section bench-qknorm 70 qknorm
+  # Gemma's attention softcap on the blockwise attention, at T = 1024 and 4096.
+  section bench-gpt2-softcap 45 bench gpt2-softcap configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+      --set model.attn_softcap=50
+  section bench-gpt2-softcap-4k 60 bench gpt2-softcap-4k configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+      --set model.attn_softcap=50 "${long_set[@]}"
+  # Muon's step cost (issue 21): Newton-Schulz in bf16, batched per shape group, against AdamW's compare record.
+  section bench-gpt2-muon 45 bench gpt2-muon configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+      --set train.optimizer=muon
+  section bench-default-graph 40 graph_bench
+}
+
+if [[ -n $plan_only ]]; then
+  echo "# part section estimate_s (seconds on the H200, estimates); budget $budget s per part"
+  for cur_part in 1 2; do
+    [[ -n ${GPU_CHECK_PART:-} && $cur_part != "$part" ]] && continue
+    echo "$cur_part preflight $preflight_est"
+    "part$cur_part"
+  done
+  exit 0
 fi
+cur_part=$part
+mkdir -p "$out" "$logs" "$scratch/bench" "$scratch/runs" "$scratch/figures" "$scratch/bin"
+: > "$results"
+: > "$facts"
 
-# ------------------------------------------------------------------ results
-# summary.md and bench.json from what the sections left; the logs as one archive.
-cp "$results" "$logs/results.tsv"
-"$py" - "$scratch" "$out" "${dry:-0}" "$((SECONDS - t_start))" "$budget" <<'EOF' > "$logs/summarize.log" 2>&1 \
-    || { echo "summary failed:"; cat "$logs/summarize.log"; failed+=(summary); }
-import glob, json, os, platform, sys
-scratch, out, dry, elapsed, budget = sys.argv[1], sys.argv[2], sys.argv[3] != "0", sys.argv[4], sys.argv[5]
+# ------------------------------------------------------------ helper (Python)
+# One small program for what bash does badly: loss curves, finite losses, a
+# free port, and the summary. Written to the scratch folder, run with $py.
+cat > "$tool" <<'EOF'
+import glob, json, math, os, platform, socket, sys
+
 
 def load(path):
     try:
@@ -263,55 +419,394 @@ def load(path):
     except (OSError, ValueError):
         return None
 
-rows = [line.rstrip("\n").split("\t") for line in open(f"{scratch}/results.tsv")]
-records = {}
-for path in sorted(glob.glob(f"{scratch}/bench/**/*.json", recursive=True)):
-    rec = load(path)
-    if rec is not None:
-        records[os.path.relpath(path, f"{scratch}/bench")] = rec
-json.dump(records, open(f"{out}/bench.json", "w"), indent=1)
+
+def curve(run):
+    """step -> training loss from a run's metrics.jsonl (the last record of a step wins)."""
+    losses = {}
+    try:
+        lines = open(os.path.join(run, "metrics.jsonl")).read().splitlines()
+    except OSError:
+        return losses
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec.get("loss"), (int, float)) and "step" in rec:
+            losses[int(rec["step"])] = float(rec["loss"])
+    return losses
+
+
+def losses(out, tol, a, b):
+    """Both runs logged the same steps, and their losses differ by at most tol at each."""
+    tol = float(tol)
+    ca, cb = curve(a), curve(b)
+    steps = sorted(set(ca) & set(cb))
+    diffs = [abs(ca[s] - cb[s]) for s in steps]
+    worst = max(diffs) if diffs else None
+    ok = bool(steps) and set(ca) == set(cb) and len(steps) >= 3 and all(math.isfinite(d) and d <= tol for d in diffs)
+    rec = {"a": os.path.basename(a), "b": os.path.basename(b), "tolerance_abs": tol, "steps": steps,
+           "loss_a": [ca[s] for s in steps], "loss_b": [cb[s] for s in steps], "max_abs_diff": worst,
+           "only_in_a": sorted(set(ca) - set(cb)), "only_in_b": sorted(set(cb) - set(ca)), "passed": ok}
+    json.dump(rec, open(out, "w"), indent=1)
+    print(f"{rec['a']} vs {rec['b']}: {len(steps)} logged steps, max |loss difference| {worst} "
+          f"(tolerance {tol}): {'passed' if ok else 'FAILED'}")
+    if not ok and (rec["only_in_a"] or rec["only_in_b"]):
+        print(f"  steps in one run only: {rec['only_in_a']} / {rec['only_in_b']}")
+    return 0 if ok else 1
+
+
+def finite(out, *runs):
+    """Each run finished (summary.json) with a finite final loss."""
+    rec, bad = {}, 0
+    for run in runs:
+        s = load(os.path.join(run, "summary.json")) or {}
+        loss = s.get("final_loss")
+        ok = isinstance(loss, (int, float)) and math.isfinite(loss)
+        rec[os.path.basename(run)] = {"final_loss": loss, "steps": s.get("steps"), "stopped_by": s.get("stopped_by"),
+                                      "finite": ok}
+        print(f"{os.path.basename(run)}: final loss {loss}, {s.get('steps')} steps: {'ok' if ok else 'NOT FINITE/MISSING'}")
+        bad |= not ok
+    json.dump(rec, open(out, "w"), indent=1)
+    return 1 if bad else 0
+
+
+def steps(run, n):
+    """The run's summary says it trained all n steps, and every step is logged once in metrics.jsonl."""
+    s = load(os.path.join(run, "summary.json")) or {}
+    logged = curve(run)
+    ok = s.get("steps") == int(n) and sorted(logged) == list(range(1, int(n) + 1))
+    print(f"{os.path.basename(run)}: summary steps {s.get('steps')}, logged steps {len(logged)} of {n}: "
+          f"{'ok' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+def port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    print(s.getsockname()[1])
+    return 0
+
+
+def tsv(path):
+    d = {}
+    for line in open(path).read().splitlines():
+        k, _, v = line.partition("\t")
+        d[k] = v
+    return d
+
 
 def num(x, fmt):
-    return format(x, fmt) if isinstance(x, (int, float)) else "-"
+    return format(x, fmt) if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
 
-md = ["# keel GPU check" + (" (DRY RUN on the CPU: no GPU figure here)" if dry else ""), "",
-      f"Host {platform.node()}, {os.cpu_count()} cores; {elapsed} s of a {budget} s budget; "
-      f"command: `bash scripts/gpu_check.sh`" + (" with GPU_CHECK_DRY=1" if dry else ""), "",
-      "| check | result | seconds | note |", "|---|---|---|---|"]
-md += [f"| {r[0]} | {r[1]} | {r[2]} | {r[3] if len(r) > 3 else ''} |" for r in rows]
-md += ["", "## Training runs", "", "| run | steps | final loss | final val loss | tokens/s | stopped because |",
-       "|---|---|---|---|---|---|"]
-for path in sorted(glob.glob(f"{scratch}/runs/*/summary.json")):
-    s = load(path) or {}
-    md.append(f"| {os.path.basename(os.path.dirname(path))} | {s.get('steps', s.get('step', '-'))} | "
-              f"{num(s.get('final_loss'), '.4f')} | {num(s.get('final_val_loss'), '.4f')} | "
-              f"{num(s.get('tokens_per_s'), ',.0f')} | {s.get('stopped_by', '-')} |")
-md += ["", "## Benchmarks (keel bench and bench/bench_pytorch.py records)", "",
-       "| record | tool | device | precision | graph | attention | kernels/step | tokens/step | ms/step (median) | tokens/s | MFU | peak memory (GiB) |",
-       "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-for name, r in records.items():
-    if not isinstance(r.get("step_ms"), dict) or not isinstance(r.get("tokens_per_s"), (int, float)):
-        continue  # a summary of several records, shown below
-    batch = r.get("batch") or {}
-    mem = r.get("peak_memory_bytes")
-    tool = r.get("tool", "-") + (" " + r["mode"] if r.get("mode") else "")
-    attention = (r.get("attention") or {}).get("kernel", "-")
-    kernels = (r.get("ops_per_step") or {}).get("kernels", "-")
-    md.append(f"| {name} | {tool} | {r.get('device_name', r.get('device', '-'))} | "
-              f"{r.get('precision', '-')} | {r.get('cuda_graph', '-')} | {attention} | {kernels} | "
-              f"{batch.get('tokens_per_step', '-')} | "
-              f"{num(r['step_ms'].get('median'), '.2f')} | {num(r.get('tokens_per_s'), ',.0f')} | "
-              f"{num(r.get('mfu'), '.1%')} | {num(mem / 2**30 if isinstance(mem, (int, float)) else None, '.2f')} |")
-for name in ("compare/summary.json", "qknorm/summary.json"):
-    if name in records:
-        md += ["", f"`{name}`:", "", "```", json.dumps(records[name], indent=1), "```"]
-open(f"{out}/summary.md", "w").write("\n".join(md) + "\n")
-print("\n".join(md))
+
+def summarize(scratch, out, part, dry, elapsed, budget, status, only):
+    dry = dry != "0"
+    part = int(part)
+    rows = [line.split("\t") for line in open(f"{scratch}/results.tsv").read().splitlines()]
+    sections = [{"name": r[0], "status": r[1], "seconds": int(r[2]), "estimate_s": int(r[3]) if r[3] else None,
+                 "note": r[4] if len(r) > 4 else ""} for r in rows]
+    facts = tsv(f"{scratch}/facts.tsv")
+    records = {}
+    for path in sorted(glob.glob(f"{scratch}/bench/**/*.json", recursive=True)):
+        rec = load(path)
+        if rec is not None:
+            records[os.path.relpath(path, f"{scratch}/bench")] = rec
+    runs = {}
+    for path in sorted(glob.glob(f"{scratch}/runs/*/summary.json")):
+        runs[os.path.basename(os.path.dirname(path))] = load(path)
+    figures = {}
+    for path in sorted(glob.glob(f"{scratch}/figures/*")):
+        name, ext = os.path.splitext(os.path.basename(path))
+        figures[name] = tsv(path) if ext == ".tsv" else load(path)
+    gtest = figures.get("gpu-tests")
+    if isinstance(gtest, dict):  # GoogleTest's JSON: keep the counts and the names that did not pass
+        cases = [t for s in gtest.get("testsuites", []) for t in s.get("testsuite", [])]
+        figures["gpu-tests"] = {
+            "tests": len(cases),
+            "passed": sum(1 for t in cases if t.get("result") == "COMPLETED" and not t.get("failures")),
+            "skipped": [f"{t.get('classname')}.{t.get('name')}" for t in cases if t.get("result") == "SKIPPED"],
+            "failed": [f"{t.get('classname')}.{t.get('name')}" for t in cases if t.get("failures")]}
+
+    def rec(name):
+        r = records.get(name)
+        return r if isinstance(r, dict) and isinstance(r.get("step_ms"), dict) else None
+
+    def ratio(label, a, b, what):  # a / b of ms/step
+        ra, rb = rec(a), rec(b)
+        if ra and rb and rb["step_ms"].get("median"):
+            derived[label] = {"ratio": ra["step_ms"]["median"] / rb["step_ms"]["median"], "what": what,
+                              "records": [a, b]}
+
+    derived = {}
+    keel_gpt2 = rec("compare/keel-1.json") or rec("gpt2.json")
+    if keel_gpt2:
+        derived["gpt2 keel"] = {"tokens_per_s": keel_gpt2.get("tokens_per_s"), "mfu": keel_gpt2.get("mfu"),
+                                "attention": (keel_gpt2.get("attention") or {}).get("kernel"),
+                                "kernels_per_step": (keel_gpt2.get("ops_per_step") or {}).get("kernels")}
+    cmp = records.get("compare/summary.json")
+    if isinstance(cmp, dict):
+        derived["keel vs PyTorch"] = cmp.get("ratios")
+    ratio("flash / auto (cuDNN on Hopper)", "gpt2-flash.json", "compare/keel-1.json", "ms/step")
+    ratio("softcap 50 / none, T = 1024", "gpt2-softcap.json", "compare/keel-1.json", "ms/step")
+    ratio("muon / adamw", "gpt2-muon.json", "compare/keel-1.json", "ms/step")
+    ratio("graph / eager, default config", "default-graph.json", "default-eager.json", "ms/step")
+    ratio("whole logits / chunked", "gpt2-whole-logits.json", "gpt2.json", "ms/step")
+    qk = records.get("qknorm/summary.json")
+    if isinstance(qk, dict):
+        derived["QK-Norm overhead % (vs none)"] = qk.get("overhead_percent")
+        derived["monitoring % of the step"] = qk.get("monitor_percent")
+
+    results = {"part": part, "dry_run": dry, "exit_status": int(status), "elapsed_s": int(elapsed),
+               "budget_s": int(budget), "only": only.split(",") if only else None, "host": platform.node(),
+               "cores": os.cpu_count(), "preflight": facts, "sections": sections, "derived": derived,
+               "figures": figures, "runs": runs, "bench": records,
+               # what a Python sub-step of this script saw: LD_LIBRARY_PATH must not leak into Python
+               "python_env": {"LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH")}}
+    json.dump(results, open(f"{out}/results.json", "w"), indent=1)
+
+    title = {1: "correctness", 2: "speed"}[part]
+    md = [f"# keel GPU check, part {part} ({title})" + (" (DRY RUN on the CPU: no GPU figure here)" if dry else ""), "",
+          f"Host {platform.node()}, {os.cpu_count()} cores; {elapsed} s of a {budget} s budget; exit status {status}; "
+          f"command: `GPU_CHECK_PART={part}" + (" GPU_CHECK_DRY=1" if dry else "") +
+          (f" GPU_CHECK_ONLY={only}" if only else "") + " bash scripts/gpu_check.sh`", "",
+          "Binaries: " + facts.get("binaries", "-"), "",
+          "| preflight | |", "|---|---|"]
+    for key in ("gpu", "driver", "nvcc", "torch", "cuda", "cudnn", "nccl_h", "glibc", "python", "keel", "carry_manifest"):
+        if facts.get(key):
+            md.append(f"| {key} | {facts[key]} |")
+    md += ["", "| check | result | seconds | estimate | note |", "|---|---|---|---|---|"]
+    md += [f"| {s['name']} | {s['status']} | {s['seconds']} | {s['estimate_s'] if s['estimate_s'] is not None else '-'} "
+           f"| {s['note']} |" for s in sections]
+    g = figures.get("gpu-tests")
+    if g:
+        md += ["", f"GPU tests: {g['passed']} passed of {g['tests']}, {len(g['skipped'])} skipped, "
+                   f"failed: {', '.join(g['failed']) or 'none'}"]
+    lc = figures.get("train-cuda-vs-cpu")
+    if lc:
+        md += ["", f"CUDA vs CPU loss curves (default config, fp32, no TF32, {len(lc['steps'])} logged steps): "
+                   f"max |difference| {num(lc['max_abs_diff'], '.5f')}, tolerance {lc['tolerance_abs']}: "
+                   f"{'passed' if lc['passed'] else 'FAILED'}"]
+    nc = figures.get("nccl")
+    if nc:
+        md += ["", "| NCCL / data parallel | finding |", "|---|---|"]
+        md += [f"| {k} | {v} |" for k, v in nc.items()]
+    bv = figures.get("bf16-variants")
+    if bv:
+        md += ["", "| bf16 variant | final loss | steps |", "|---|---|---|"]
+        md += [f"| {k} | {num(v['final_loss'], '.4f')} | {v['steps']} |" for k, v in bv.items()]
+    if derived:
+        md += ["", "| figure | value |", "|---|---|"]
+        for k, v in derived.items():
+            if isinstance(v, dict) and "ratio" in v:
+                v = f"{v['ratio']:.3f} ({v['what']})"
+            elif isinstance(v, dict):
+                v = ", ".join(f"{a} {num(b, '.3f') if isinstance(b, float) else b}" for a, b in v.items())
+            elif isinstance(v, float):
+                v = f"{v:.3f}"
+            md.append(f"| {k} | {v} |")
+    md += ["", "## Training runs", "", "| run | steps | final loss | final val loss | tokens/s | stopped because |",
+           "|---|---|---|---|---|---|"]
+    for name, s in runs.items():
+        s = s or {}
+        md.append(f"| {name} | {s.get('steps', s.get('step', '-'))} | {num(s.get('final_loss'), '.4f')} | "
+                  f"{num(s.get('final_val_loss'), '.4f')} | {num(s.get('tokens_per_s'), ',.0f')} | "
+                  f"{s.get('stopped_by', '-')} |")
+    md += ["", "## Benchmarks (keel bench and bench/bench_pytorch.py records)", "",
+           "| record | tool | device | precision | graph | attention | kernels/step | tokens/step | ms/step (median) | "
+           "tokens/s | MFU | peak memory (GiB) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name in records:
+        r = rec(name)
+        if not r or not isinstance(r.get("tokens_per_s"), (int, float)):
+            continue  # a summary of several records: in the figures above
+        batch = r.get("batch") or {}
+        mem = r.get("peak_memory_bytes")
+        tool = r.get("tool", "-") + (" " + r["mode"] if r.get("mode") else "")
+        md.append(f"| {name} | {tool} | {r.get('device_name', r.get('device', '-'))} | {r.get('precision', '-')} | "
+                  f"{r.get('cuda_graph', '-')} | {(r.get('attention') or {}).get('kernel', '-')} | "
+                  f"{(r.get('ops_per_step') or {}).get('kernels', '-')} | {batch.get('tokens_per_step', '-')} | "
+                  f"{num(r['step_ms'].get('median'), '.2f')} | {num(r.get('tokens_per_s'), ',.0f')} | "
+                  f"{num(r.get('mfu'), '.1%')} | {num(mem / 2**30 if isinstance(mem, (int, float)) else None, '.2f')} |")
+    open(f"{out}/summary.md", "w").write("\n".join(md) + "\n")
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(globals()[sys.argv[1]](*sys.argv[2:]))
 EOF
+
+# ---------------------------------------------------------------- preflight
+# Within seconds: what the box has, whether the carried binaries load there,
+# and a clear stop when something the checks need is missing.
+write_wrappers() {  # bin/keel and bin/test_cuda: the binaries with LD_LIBRARY_PATH for them alone
+  local name bin
+  for name in keel test_cuda; do
+    bin=$keel_bin
+    [[ $name == test_cuda ]] && bin=$test_bin
+    printf '#!/usr/bin/env bash\n# %s with its libraries: LD_LIBRARY_PATH is set for it (and its children) only\n%s\n' \
+        "$name" "exec env LD_LIBRARY_PATH=$(printf %q "$run_libs")\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} $(printf %q "$bin") \"\$@\"" \
+        > "$scratch/bin/$name"
+    chmod +x "$scratch/bin/$name"
+  done
+}
+need_rebuild=""
+preflight() {
+  local missing=()
+  if [[ -z $dry ]]; then
+    if command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total \
+         --format=csv,noheader > "$scratch/smi.txt" 2>&1; then
+      cat "$scratch/smi.txt"
+      fact gpu "$(head -n 1 "$scratch/smi.txt" | cut -d, -f1,3)"
+      fact driver "$(head -n 1 "$scratch/smi.txt" | cut -d, -f2 | tr -d ' ')"
+    else
+      missing+=("a working nvidia-smi")
+    fi
+    local nvcc
+    nvcc=$(command -v nvcc || { [[ -x /usr/local/cuda/bin/nvcc ]] && echo /usr/local/cuda/bin/nvcc; })
+    if [[ -n $nvcc ]]; then fact nvcc "$("$nvcc" --version | grep -m1 -o 'release [0-9.]*')"
+    else fact nvcc "missing (needed only to rebuild keel here)"; fi
+  else
+    echo "dry run: no GPU or nvcc needed; binaries from $build"
+  fi
+  fact glibc "$(ldd --version 2>&1 | head -n 1)"
+  # One Python for every torch fact: version, CUDA, cuDNN, the library
+  # folders keel's wrapper needs, nccl.h, and the LD_LIBRARY_PATH Python sees.
+  if [[ ! -x $py ]]; then
+    missing+=("python at $py")
+  elif "$py" - "$([[ -n $dry ]] && echo 0 || echo 1)" > "$scratch/torch.txt" 2>&1 <<'EOF'
+import glob, os, sys
+import torch
+site = os.path.dirname(os.path.dirname(torch.__file__))
+libs = [os.path.join(os.path.dirname(torch.__file__), "lib")] + sorted(
+    d for d in glob.glob(os.path.join(site, "nvidia", "*", "lib")) + glob.glob(os.path.join(site, "nvidia", "*", "*", "lib"))
+    if os.path.isdir(d))
+nccl_h = sorted(glob.glob(os.path.join(site, "nvidia", "**", "include", "nccl.h"), recursive=True))
+print(f"python\t{sys.version.split()[0]} ({sys.executable})")
+print(f"torch\t{torch.__version__}")
+print(f"cuda\t{torch.version.cuda}, available: {torch.cuda.is_available()}" +
+      (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""))
+print(f"cudnn\t{torch.backends.cudnn.version()}")
+print(f"nccl_h\t{nccl_h[0] if nccl_h else 'missing (site-packages/nvidia/*/include/nccl.h)'}")
+print(f"python_ld_library_path\t{os.environ.get('LD_LIBRARY_PATH')}")
+print(f"run_libs\t{':'.join(libs)}")
+if sys.argv[1] == "1" and not torch.cuda.is_available():
+    print("torch sees no CUDA device", file=sys.stderr)
+    sys.exit(1)
+EOF
+  then
+    local k v
+    while IFS=$'\t' read -r k v; do
+      if [[ $k == run_libs ]]; then run_libs=$v; else fact "$k" "$v"; fi
+      echo "$k: $v"
+    done < "$scratch/torch.txt"
+  else
+    cat "$scratch/torch.txt"
+    missing+=("PyTorch$([[ -z $dry ]] && echo ' with CUDA') in $py")
+  fi
+  # The carried binaries and their libraries (gpu_pack.sh's lib/), before the box's torch.
+  if [[ -z $dry ]]; then
+    [[ -f $carry/MANIFEST.txt ]] && fact carry_manifest "$(grep -m1 '^built' "$carry/MANIFEST.txt")"
+    run_libs=$carry/lib${run_libs:+:$run_libs}
+  fi
+  write_wrappers
+  local why=""
+  if [[ ! -x $keel_bin ]]; then why="$keel_bin is missing (run scripts/gpu_pack.sh and carry gpu-carry)"
+  elif ! "$keel" --version > "$scratch/version.txt" 2>&1; then why="$keel_bin does not load here: $(head -n 1 "$scratch/version.txt")"
+  elif [[ ! -x $test_bin ]]; then why="$test_bin is missing"
+  elif ! "$test_cuda" --gtest_list_tests > "$scratch/tests.txt" 2>&1; then
+    why="$test_bin does not load here: $(head -n 1 "$scratch/tests.txt")"
+  fi
+  if [[ -z $why ]]; then
+    fact keel "$(head -n 1 "$scratch/version.txt")"
+    fact binaries "$([[ -n $dry ]] && echo "the build dir $build (dry run)" || echo "carried: $carry/bin")"
+  elif [[ -n $dry ]]; then
+    missing+=("$why")
+  else
+    # Fall back to building here (build_on_box, the first section): it needs
+    # a compiler, CMake, Ninja, nvcc and the packed headers and libraries.
+    echo "the carried binaries cannot run: $why"
+    need_rebuild=$why
+    local tool
+    for tool in cmake ninja g++; do command -v "$tool" > /dev/null || missing+=("$tool (to rebuild keel)"); done
+    [[ -n $(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2> /dev/null) ]] || missing+=("nvcc (to rebuild keel)")
+    [[ -d $carry/prefix/include || -d $repo/offline-deps/include ]] \
+        || missing+=("gpu-carry/prefix or offline-deps (to rebuild keel)")
+    fact binaries "rebuilt on the box because $why"
+  fi
+  if (( ${#missing[@]} )); then
+    echo "missing: ${missing[*]}"
+    return 2
+  fi
+}
+build_on_box() {  # the fallback: keel and test_cuda built here against the box's torch, without Parquet
+  local prefix=()
+  if [[ -d $carry/prefix/include ]]; then prefix=(-DCMAKE_PREFIX_PATH="$carry/prefix")
+  elif [[ -d $repo/offline-deps/include ]]; then prefix=(-DCMAKE_PREFIX_PATH="$repo/offline-deps"); fi
+  if [[ ! -f $rebuild_dir/build.ninja ]]; then
+    cmake -S . -B "$rebuild_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKEEL_TORCH_PYTHON="$py" -DKEEL_PARQUET=OFF \
+        -DKEEL_CUDA_ARCHITECTURES=90a "${prefix[@]}" || return 1
+  fi
+  cmake --build "$rebuild_dir" -j"$(nproc)" --target keel test_cuda
+}
+
+run_libs=""
+say "part $part, out $out, scratch $scratch, python $py${dry:+, DRY RUN on the CPU}, budget ${budget} s${only:+, only $only}"
+t0=$SECONDS
+if preflight > "$logs/preflight.log" 2>&1; then
+  sed 's/^/    /' "$logs/preflight.log"
+  record preflight passed $((SECONDS - t0)) "$preflight_est" "${need_rebuild:+rebuilding: }$need_rebuild"
+  preflight_ok=1
+else
+  sed 's/^/    /' "$logs/preflight.log"
+  say "preflight failed: nothing else runs"
+  record preflight failed $((SECONDS - t0)) "$preflight_est" "$(tail -n 1 "$logs/preflight.log")"
+  failed+=(preflight)
+  preflight_ok=""
+fi
+
+ready=$preflight_ok   # the binaries run
+if [[ -n $preflight_ok && -n $need_rebuild ]]; then
+  say "REBUILDING on the box because $need_rebuild"
+  section build 240 build_on_box   # estimate: the old on-box build
+  keel_bin=$rebuild_dir/keel test_bin=$rebuild_dir/tests/test_cuda
+  for d in "$carry/prefix" "$repo/offline-deps"; do
+    [[ -d $d/include ]] && { run_libs=$d/lib/x86_64-linux-gnu:$d/lib:$run_libs; break; }
+  done
+  write_wrappers
+  if ! "$keel" --version > "$scratch/version.txt" 2>&1; then
+    say "the rebuilt keel does not run either: $(head -n 1 "$scratch/version.txt"); nothing else runs"
+    ready=""
+    [[ " ${failed[*]} " == *" build "* ]] || failed+=(build)
+  else
+    fact keel "$(head -n 1 "$scratch/version.txt") (rebuilt)"
+  fi
+fi
+if [[ -n $ready ]]; then
+  "part$part"
+fi
+if [[ -n $only ]]; then  # a name that matched nothing is a typo, not a pass
+  for name in ${only//,/ }; do
+    if [[ " ${selected[*]} " != *" $name "* ]]; then
+      say "GPU_CHECK_ONLY: part $part has no section '$name'"
+      record "$name" failed 0 0 "GPU_CHECK_ONLY names no section of part $part"
+      failed+=("$name")
+    fi
+  done
+fi
+
+# ------------------------------------------------------------------ results
+status=0
+(( ${#failed[@]} )) && status=1
+[[ -z $preflight_ok ]] && status=2
+cp "$results" "$facts" "$logs/"
+"$py" "$tool" summarize "$scratch" "$out" "$part" "${dry:-0}" "$((SECONDS - t_start))" "$budget" "$status" "$only" \
+    > "$logs/summarize.log" 2>&1 || { echo "summary failed:"; cat "$logs/summarize.log"; status=1; }
 if [[ -f $out/summary.md ]]; then sed -n '/^| check/,/^$/p' "$out/summary.md"; fi
-tar -C "$scratch" -czf "$out/logs.tar.gz" logs $(cd "$scratch" && ls -d bench runs/*/*.log runs/*/summary.json 2>/dev/null)
+tar -C "$scratch" -czf "$out/logs.tar.gz" logs figures \
+    $(cd "$scratch" && ls -d bench runs/*/*.log runs/*/summary.json runs/*/metrics.jsonl 2> /dev/null)
 say "done in $((SECONDS - t_start)) s; results in $out: $(ls "$out" | tr '\n' ' ')"
 [[ -z ${GPU_CHECK_SCRATCH:-} ]] && rm -rf "$scratch"
-if [[ -z $preflight_ok ]]; then exit 2; fi
-if (( ${#failed[@]} )); then say "FAILED: ${failed[*]}"; exit 1; fi
+if (( status == 2 )); then say "preflight FAILED"; exit 2; fi
+if (( status == 1 )); then say "FAILED: ${failed[*]:-summary}"; exit 1; fi
 say "all checks passed"

@@ -1,76 +1,161 @@
 """scripts/gpu_check.sh's CPU rehearsal (GPU_CHECK_DRY=1), so the script
-cannot rot between the rare GPU sessions: every line that does not need CUDA
-runs here at tiny sizes, against this build, and $OUT must hold exactly the
-three result files with every section passed; a budget too small for any
-section must skip them all and still write the results."""
+cannot rot between the rare GPU sessions: both parts run every line that does
+not need CUDA here, at tiny sizes, against this build, and leave exactly
+summary.md, results.json and logs.tar.gz with every section passed. The plan
+(GPU_CHECK_PLAN=1) must fit each part's budget: adding a section that does
+not fit fails here, not on the GPU machine."""
 import json
 import os
+import re
 import subprocess
 import tarfile
 from pathlib import Path
 
-from keel_testlib import REPO, build_dir, keel_binary
+import pytest
 
-SECTIONS = ["build", "gpu-tests", "train-cuda", "bench-gpt2", "bench-gpt2-whole-logits", "compare-pytorch", "train-cuda-graph",
-            "bench-gpt2-graph", "bench-gpt2-muon", "bench-qknorm", "bench-gpt2-flash", "bench-gpt2-softcap", "bench-gpt2-softcap-4k", "train-nccl", "bench-default-eager", "bench-default-graph"]
+from keel_testlib import REPO, build_dir, cpp_test_program, keel_binary
+
+SCRIPT = REPO / "scripts" / "gpu_check.sh"
+BUDGET = 480  # the script's default per part
+PART1 = ["gpu-tests", "train-cuda-vs-cpu", "nccl-2ranks", "train-cuda-graph", "bf16-variants",
+         "bench-gpt2-whole-logits"]
+PART2 = ["compare-pytorch", "bench-gpt2-flash", "bench-qknorm", "bench-gpt2-softcap", "bench-gpt2-softcap-4k",
+         "bench-gpt2-muon", "bench-default-graph"]
+OUT_FILES = ["logs.tar.gz", "results.json", "summary.md"]
 
 
-def run_check(tmp_path: Path, budget: int) -> tuple[subprocess.CompletedProcess, Path, Path]:
-    keel_binary()  # fails clearly when the build is missing
+def run_check(tmp_path: Path, part: int, budget: int = 900, timeout: int = 600, **env_extra):
+    keel_binary()  # fail clearly when the build is missing
+    cpp_test_program("test_cuda")
+    tmp_path.mkdir(parents=True, exist_ok=True)
     out, scratch = tmp_path / "out", tmp_path / "scratch"
-    env = dict(os.environ, GPU_CHECK_DRY="1", OUT=str(out), GPU_CHECK_SCRATCH=str(scratch),
-               GPU_CHECK_BUDGET_S=str(budget), KEEL_BUILD_DIR=str(build_dir()))
-    result = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh")], env=env, capture_output=True,
-                            text=True, timeout=900, cwd=tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK_") and k != "LD_LIBRARY_PATH"}
+    env.update(GPU_CHECK_DRY="1", GPU_CHECK_PART=str(part), OUT=str(out), GPU_CHECK_SCRATCH=str(scratch),
+               GPU_CHECK_BUDGET_S=str(budget), KEEL_BUILD_DIR=str(build_dir()), **env_extra)
+    result = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=timeout,
+                            cwd=tmp_path)
     return result, out, scratch
 
 
 def summary_rows(out: Path) -> dict[str, str]:
     rows = {}
     for line in (out / "summary.md").read_text().splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 4 and cells[1] in ("passed", "failed", "skipped"):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[1] in ("passed", "failed", "skipped"):
             rows[cells[0]] = cells[1]
     return rows
 
 
-def test_dry_run_passes_every_section_and_returns_three_files(tmp_path):
-    result, out, scratch = run_check(tmp_path, budget=900)
+def plan(**env_extra) -> list[tuple[int, str, int]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK_")}
+    env.update(GPU_CHECK_PLAN="1", **env_extra)
+    result = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line.split() for line in result.stdout.splitlines() if not line.startswith("#")]
+    assert all(len(f) == 3 for f in lines), result.stdout
+    return [(int(p), name, int(est)) for p, name, est in lines]
+
+
+def test_each_part_fits_its_budget_with_the_important_sections_first():
+    steps = plan()
+    for part, sections in ((1, PART1), (2, PART2)):
+        mine = [(name, est) for p, name, est in steps if p == part]
+        assert [name for name, _ in mine] == ["preflight", *sections]
+        total = sum(est for _, est in mine)
+        assert total <= BUDGET, f"part {part}: sections add up to {total} s, over its {BUDGET} s budget: {mine}"
+    # The one NCCL check runs early in part 1, not at the end of a list that may be cut.
+    assert [name for p, name, _ in steps if p == 1].index("nccl-2ranks") <= 3
+    # GPU_CHECK_ONLY and GPU_CHECK_PART narrow the plan the same way they narrow a run.
+    assert plan(GPU_CHECK_PART="2", GPU_CHECK_ONLY="bench-qknorm") == [(2, "preflight", 15), (2, "bench-qknorm", 70)]
+
+
+def test_no_global_ld_library_path_in_the_script():
+    # Exported, it reaches Python and the box's torch; the wrappers set it for keel alone.
+    text = SCRIPT.read_text()
+    assert not re.search(r"^\s*(export\s+LD_LIBRARY_PATH|LD_LIBRARY_PATH=\S*\s*$)", text, re.M)
+    assert not re.search(r"^\s*export\s+LD_LIBRARY_PATH", (REPO / "scripts" / "gpu_pack.sh").read_text(), re.M)
+
+
+def check_common(result, out, scratch, part, sections):
     log = result.stdout + result.stderr
     assert result.returncode == 0, log
-    assert sorted(p.name for p in out.iterdir()) == ["bench.json", "logs.tar.gz", "summary.md"], log
-    rows = summary_rows(out)
-    assert rows == {"preflight": "passed", **{s: "passed" for s in SECTIONS}}, log
+    assert sorted(p.name for p in out.iterdir()) == OUT_FILES, log
+    assert summary_rows(out) == {"preflight": "passed", **{s: "passed" for s in sections}}, log
     summary = (out / "summary.md").read_text()
-    assert "DRY RUN" in summary
-    # Every bench record came back, and the figures made it into the table.
-    bench = json.loads((out / "bench.json").read_text())
-    for name in ["gpt2.json", "gpt2-whole-logits.json", "gpt2-graph.json", "default-eager.json", "default-graph.json",
-                 "compare/keel-1.json", "compare/eager-1.json", "compare/summary.json",
-                 "qknorm/none-1.json", "qknorm/rms-1.json", "qknorm/l2-1.json", "qknorm/summary.json"]:
-        assert name in bench, f"{name} missing from bench.json: {sorted(bench)}"
-    assert bench["gpt2.json"]["tokens_per_s"] > 0
-    assert bench["compare/eager-1.json"]["tokens_per_s"] > 0
-    assert f"| gpt2.json | keel |" in summary
-    # The training runs finished and are in the summary with a real loss.
-    for run in ["default-cuda", "cuda-graph", "nccl-1gpu"]:
-        s = json.loads((scratch / "runs" / run / "summary.json").read_text())
-        assert s["final_loss"] > 0, run
-        assert f"| {run} |" in summary, run
+    assert "DRY RUN" in summary and f"part {part}" in summary
+    results = json.loads((out / "results.json").read_text())
+    assert results["part"] == part and results["dry_run"] and results["exit_status"] == 0
+    assert [s["name"] for s in results["sections"]] == ["preflight", *sections]
+    assert all(isinstance(s["estimate_s"], int) for s in results["sections"])
+    assert results["preflight"]["binaries"].startswith("the build dir")
+    # A Python sub-step of the script saw no LD_LIBRARY_PATH (the test started it without one).
+    assert results["python_env"]["LD_LIBRARY_PATH"] is None
     # Runs and data stayed in the scratch folder; the logs are in the archive.
     assert not (out / "runs").exists() and not (out / "data").exists()
     with tarfile.open(out / "logs.tar.gz") as tar:
         names = tar.getnames()
-    for section in ["preflight", *SECTIONS]:
+    for section in ["preflight", *sections]:
         assert f"logs/{section}.log" in names, names
+    return results, summary
 
 
-def test_a_budget_too_small_skips_sections_and_still_reports(tmp_path):
-    result, out, _ = run_check(tmp_path, budget=1)
+def test_part1_dry_run_passes_every_section(tmp_path):
+    result, out, scratch = run_check(tmp_path, part=1)
+    results, summary = check_common(result, out, scratch, 1, PART1)
+    figures = results["figures"]
+    # The GPU test program ran (every test skips without CUDA).
+    assert figures["gpu-tests"]["tests"] > 0 and not figures["gpu-tests"]["failed"]
+    # The loss comparison (CPU against CPU here) and its tolerance.
+    cmp = figures["train-cuda-vs-cpu"]
+    assert cmp["passed"] and len(cmp["steps"]) >= 3 and cmp["max_abs_diff"] <= cmp["tolerance_abs"]
+    assert "CUDA vs CPU loss curves" in summary
+    # NCCL findings (Gloo here): two ranks ran, one rank, resume, and the killed peer.
+    nccl = figures["nccl"]
+    assert nccl["backend_asked"] == "gloo" and nccl["two_ranks_one_gpu"] == "ran with gloo", nccl
+    assert nccl["one_rank"].startswith("passed") and nccl["resume"].startswith("passed"), nccl
+    assert nccl["peer_killed"].startswith("passed"), nccl
+    assert int(nccl["peer_killed_rank0_exit"]) != 0 and "Another worker probably died" in nccl["peer_killed_rank0_message"]
+    assert figures["nccl-resume-losses"]["passed"]
+    # Eight bf16 variants, each with a finite loss.
+    assert len(figures["bf16-variants"]) == 8 and all(v["finite"] for v in figures["bf16-variants"].values())
+    for run in ["cmp-cuda", "cmp-cpu", "cuda-graph", "dp-nccl-1rank", "dp-resume", "bf16-qk-l2-softcap-50"]:
+        assert results["runs"][run]["final_loss"] > 0, run
+        assert f"| {run} |" in summary, run
+    assert {"gpt2.json", "gpt2-whole-logits.json"} <= set(results["bench"])
+    assert "whole logits / chunked" in results["derived"]
+
+
+def test_part2_dry_run_passes_every_section(tmp_path):
+    result, out, scratch = run_check(tmp_path, part=2)
+    results, summary = check_common(result, out, scratch, 2, PART2)
+    bench = results["bench"]
+    for name in ["compare/keel-1.json", "compare/eager-1.json", "compare/summary.json", "gpt2-flash.json",
+                 "qknorm/none-1.json", "qknorm/rms-1.json", "qknorm/l2-1.json", "qknorm/summary.json",
+                 "gpt2-softcap.json", "gpt2-softcap-4k.json", "gpt2-muon.json", "default-eager.json",
+                 "default-graph.json"]:
+        assert name in bench, f"{name} missing from results.json: {sorted(bench)}"
+    assert bench["compare/keel-1.json"]["tokens_per_s"] > 0
+    assert bench["compare/keel-1.json"]["ops_per_step"]["kernels"] > 0  # the kernel counts
+    assert "| compare/keel-1.json | keel |" in summary
+    for figure in ["keel vs PyTorch", "flash / auto (cuDNN on Hopper)", "muon / adamw", "graph / eager, default config"]:
+        assert figure in results["derived"], sorted(results["derived"])
+
+
+def test_only_runs_the_named_sections_and_refuses_unknown_names(tmp_path):
+    result, out, _ = run_check(tmp_path / "a", part=1, GPU_CHECK_ONLY="gpu-tests")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert summary_rows(out) == {"preflight": "passed", "gpu-tests": "passed"}
+    result, out, _ = run_check(tmp_path / "b", part=2, GPU_CHECK_ONLY="bench-gpt2-muon,no-such-section")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert summary_rows(out) == {"preflight": "passed", "bench-gpt2-muon": "passed", "no-such-section": "failed"}
+
+
+@pytest.mark.parametrize("part", [1, 2])
+def test_a_budget_too_small_skips_sections_and_still_reports(tmp_path, part):
+    result, out, _ = run_check(tmp_path, part=part, budget=1)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log
-    rows = summary_rows(out)
-    assert rows["preflight"] == "passed", log
-    assert rows["build"] == "skipped", log
-    assert sorted(p.name for p in out.iterdir()) == ["bench.json", "logs.tar.gz", "summary.md"]
+    assert summary_rows(out) == {"preflight": "passed", **{s: "skipped" for s in (PART1 if part == 1 else PART2)}}, log
+    assert sorted(p.name for p in out.iterdir()) == OUT_FILES
     assert "skipped (needs ~" in result.stdout
+    assert json.loads((out / "results.json").read_text())["exit_status"] == 0
