@@ -72,7 +72,8 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   s.real("train.z_loss", &t.z_loss, "coefficient of the z-loss (log Z)^2; 0 = off (PaLM: 1e-4)").min = 0;
   s.integer("train.loss_chunk_tokens", &t.loss_chunk_tokens,
             "tokens per chunk of the fused output head + cross-entropy: logits and their gradient exist for "
-            "this many tokens at a time, never [tokens, vocab] whole; 0 = whole logits").min = 0;
+            "this many tokens at a time, never [tokens, vocab] whole (on the CPU also at most 16M logits, "
+            "64 MiB, per chunk); 0 = whole logits").min = 0;
   s.choice("train.precision", &t.precision, {},
            "auto = bf16 autocast on CUDA, fp32 on CPU; bf16 = bf16 autocast on either (fp32 weights, loss and "
            "norms; on the CPU fast only with AVX-512 BF16 or AMX)");

@@ -96,13 +96,18 @@ struct ChunkedHeadLossFn : public torch::autograd::Function<ChunkedHeadLossFn> {
 
 }  // namespace
 
+int64_t cpu_chunk_tokens(int64_t chunk_tokens, int64_t padded_vocab, const torch::Device& device) {
+  if (chunk_tokens <= 0 || !device.is_cpu() || padded_vocab <= 0) return chunk_tokens;
+  return std::min(chunk_tokens, std::max<int64_t>(kMinCpuChunkTokens, kMaxCpuChunkLogits / padded_vocab));
+}
+
 LossParts model_loss(TransformerImpl& model, const torch::Tensor& idx, const torch::Tensor& targets,
                      double z_loss_coef, int64_t chunk_tokens) {
   if (chunk_tokens <= 0) return language_model_loss(model.forward(idx), targets, z_loss_coef);
   const auto& cfg = model.config();
   auto hidden = model.forward_hidden(idx);  // shape: [B, T, C]
   HeadLossOptions o;
-  o.chunk_tokens = chunk_tokens;
+  o.chunk_tokens = cpu_chunk_tokens(chunk_tokens, model.lm_head.size(0), idx.device());
   o.vocab_size = cfg.vocab_size;
   o.final_softcap = cfg.final_softcap;
   o.z_loss_coef = z_loss_coef;

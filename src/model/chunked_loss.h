@@ -27,6 +27,16 @@ struct HeadLossOptions {
   std::optional<torch::ScalarType> compute_dtype;
 };
 
+// On the CPU a chunk's logits are also held to kMaxCpuChunkLogits elements
+// (64 MiB in fp32): at a 32k vocabulary 512-token chunks cost no measurable
+// time against one 2,048-token chunk and take the peak RSS of bench-cpu-tiny
+// from 1,370 to 922 MiB (docs/speed.md). CUDA takes train.loss_chunk_tokens
+// as given: larger chunks mean fewer launches and fuller GEMMs there.
+constexpr int64_t kMaxCpuChunkLogits = int64_t{1} << 24;
+constexpr int64_t kMinCpuChunkTokens = 64;
+// The chunk model_loss uses: chunk_tokens, capped on the CPU as above.
+int64_t cpu_chunk_tokens(int64_t chunk_tokens, int64_t padded_vocab, const torch::Device& device);
+
 // The training loss of `model` on idx -> targets ([B, T] each): the chunked
 // head when chunk_tokens > 0, else whole logits and language_model_loss.
 // Under autocast the head's matmul runs in its dtype (bf16).

@@ -143,3 +143,16 @@ TEST(ChunkedLoss, BackwardScalesTheFormedGradientAndEvaluationFormsNone) {
   EXPECT_FALSE(eval.total.requires_grad());
   EXPECT_NEAR(eval.total.item<double>(), once.loss.total.item<double>(), 1e-14);
 }
+
+// On the CPU a chunk's logits are capped at 16M elements (64 MiB): at a 32k
+// vocabulary 512 tokens, whatever train.loss_chunk_tokens says above that;
+// off (0) stays off, and CUDA takes the key as given.
+TEST(ChunkedLoss, CpuChunksAreHeldTo16MLogits) {
+  EXPECT_EQ(keel::cpu_chunk_tokens(8192, 32768, torch::kCPU), 512);
+  EXPECT_EQ(keel::cpu_chunk_tokens(8192, 4096, torch::kCPU), 4096);
+  EXPECT_EQ(keel::cpu_chunk_tokens(1000, 4096, torch::kCPU), 1000) << "a smaller setting stands";
+  EXPECT_EQ(keel::cpu_chunk_tokens(8192, 50304, torch::kCPU), (int64_t{1} << 24) / 50304);
+  EXPECT_EQ(keel::cpu_chunk_tokens(8192, int64_t{1} << 22, torch::kCPU), 64) << "never below 64 tokens";
+  EXPECT_EQ(keel::cpu_chunk_tokens(0, 32768, torch::kCPU), 0) << "0 is whole logits";
+  EXPECT_EQ(keel::cpu_chunk_tokens(8192, 32768, torch::Device(torch::kCUDA, 0)), 8192);
+}
