@@ -184,10 +184,8 @@ Dist::Dist(const DistEnv& env, DistBackend backend, double timeout_s, torch::Dev
       throw DistError("ranks " + std::to_string(a) + " and " + std::to_string(b) + " would share the GPU " +
                       device_key + ", which NCCL refuses: give each rank its own GPU (CUDA_VISIBLE_DEVICES, "
                       "--nproc at most the GPU count), or use dist.backend: gloo to share one");
-    std::map<std::string, std::string> existing;
-    for (const auto& w : nccl_error_handling_env(timeout_s, {}))
-      if (const char* v = std::getenv(w.name.c_str())) existing[w.name] = v;
-    for (const auto& w : nccl_error_handling_env(timeout_s, existing)) setenv(w.name.c_str(), w.value.c_str(), 0);
+    // overwrite = 0: a variable the user set keeps its value.
+    for (const auto& w : nccl_error_handling_env(timeout_s, {})) setenv(w.name.c_str(), w.value.c_str(), 0);
   }
   // 4. The backend, over the same store.
   try {
