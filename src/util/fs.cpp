@@ -251,7 +251,14 @@ void remove_file(const std::string& path) {
   if (::unlink(path.c_str()) != 0) fail(path, "cannot remove file", errno);
 }
 
-void remove_tree(const std::string& path) {
+namespace {
+std::string strip_trailing_slashes(std::string p);
+}  // namespace
+
+// A trailing slash ("link/") would make lstat follow a link and the walk
+// below empty its target: the name is taken without it.
+void remove_tree(const std::string& path_in) {
+  const std::string path = strip_trailing_slashes(path_in);
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return;
@@ -285,11 +292,12 @@ std::vector<std::string> list_directory(const std::string& dir) {
 
 void remove_tree_best_effort(const std::string& path) {
   if (path.empty()) return;
+  const std::string name = strip_trailing_slashes(path);  // as in remove_tree
   auto remove_one = [](const char* p, const struct stat*, int type, struct FTW*) -> int {
     (type == FTW_DP ? ::rmdir(p) : ::unlink(p));
     return 0;  // keep going
   };
-  ::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS);
+  ::nftw(name.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 void fsync_dir_best_effort(const std::string& dir) {

@@ -101,7 +101,8 @@ PathKind path_kind(const std::string& path);  // follows symlinks
 void rename_path(const std::string& from, const std::string& to);
 // unlink(2), checked.
 void remove_file(const std::string& path);
-// rm -rf (does not follow symlinks); throws with the first error. POSIX, not
+// rm -rf; throws with the first error. A symlink, in the tree or as `path`
+// itself (with or without a trailing slash), is removed, never followed. POSIX, not
 // std::filesystem::remove_all: libtorch.so exports its own copies of the
 // std::filesystem functions, and calling remove_all through it crashes.
 void remove_tree(const std::string& path);
