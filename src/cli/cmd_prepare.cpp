@@ -1,6 +1,7 @@
 // `keel prepare CONFIG [--set k=v ...] [--force] [--verify]`: builds data.dir
 // from data.sources (src/data/prepare.h). Exit 0 when built, or already
-// prepared with the same settings; bad config or data raise keel errors.
+// prepared with the same settings; bad config or data raise keel errors; a
+// signal stops it cleanly (128 + the signal).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "config/config.h"
 #include "data/manifest.h"
 #include "data/prepare.h"
+#include "util/stop_signal.h"
 
 namespace keel {
 
@@ -53,6 +55,11 @@ int run_prepare(const PrepareArgs& a) {
               << "verified   every shard: size, checksum and token ids\n";
     return 0;
   }
+  // SIGINT/SIGTERM stop the work at the next chunk and remove what was
+  // staged (exit 128 + the signal); a second one ends keel at once (training
+  // the tokenizer does not poll), leaving a staging directory the next
+  // prepare removes. Never a half-made data.dir.
+  install_stop_handlers(/*second_signal_kills=*/true);
   PrepareOptions options;
   options.force = a.force;
   options.quiet = a.quiet;

@@ -11,6 +11,17 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("keel ") + KEEL_VERSION);
   keel::set_invocation(argc, argv);
+  // The one exit-code table (util/error.h, docs/reliability.md#exit-codes).
+  app.footer(
+      "Exit codes (every command):\n"
+      "  0    done: finished what was asked (a sweep whose points diverged is done: divergence is a result)\n"
+      "  1    internal error: a bug in keel (please report it with the message)\n"
+      "  2    bad input: config, data, checkpoint, run directory or command line; the message names the key or file\n"
+      "  3    training stopped by its own rule: a non-finite loss (train.nonfinite: halt),\n"
+      "       monitor.stop_on_divergence, monitor.stop_on_logit_instability, monitor.max_rewinds reached\n"
+      "  4    environment: disk full, quota, read-only or I/O error, permission, a data-parallel peer that failed\n"
+      "  5    keel sweep: the sweep ran but some points failed (each point's code is in the sweep log)\n"
+      "  128+N  stopped cleanly on signal N after saving (130 SIGINT, 143 SIGTERM); resume with the same command");
   // In the order `keel --help` lists them.
   const std::vector<keel::Command> commands = {
       keel::add_validate_command(app), keel::add_config_command(app),    keel::add_smoke_command(app),

@@ -17,6 +17,7 @@
 #include "data/split.h"
 #include "data/tokenizer.h"
 #include "util/error.h"
+#include "util/stop_signal.h"
 
 namespace keel {
 
@@ -277,6 +278,9 @@ EncodeResult encode_corpus(const std::vector<SourceFile>& files, const std::stri
     }
     raw_done += e.raw_bytes;
     progress.update(raw_done);
+    // A chunk is the unit of work: a signal is honoured within one (the
+    // staging directory is then removed, the data directory untouched).
+    throw_if_stop_requested("encoding", "the partial shards were removed; data.dir is unchanged");
     {
       std::lock_guard<std::mutex> lock(mu);
       ++written;

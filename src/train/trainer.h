@@ -12,12 +12,9 @@ struct TrainOptions {
   int64_t stop_after_step = 0;  // > 0: stop cleanly after this step (save, summary), as a signal would
 };
 
-// Exit codes: 0 done (or stopped cleanly by a signal), 2 bad input, 3 halted
-// on a non-finite loss or gradient.
+// Exit codes (util/error.h): 0 done or stopped by --stop-after-step, 2 bad
+// input, 3 stopped by its own rule (non-finite, divergence, max rewinds), 4
+// environment, 128 + the signal after a clean stop on SIGINT/SIGTERM.
 int run_training(const Config& config, const TrainOptions& options);
-
-// Set by SIGINT/SIGTERM; the loop finishes its step and stops cleanly.
-void install_stop_handlers();
-bool stop_requested();
 
 }  // namespace keel

@@ -33,24 +33,27 @@ std::string holder_note(int fd) {
 void DirLock::write_holder_note(const std::string& path) {
   const std::string note = "keel pid " + std::to_string(::getpid()) + " on " + host_name() + " since " + utc_now();
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, note.data(), note.size(), 0) != static_cast<ssize_t>(note.size())) {
-    const std::string why = std::strerror(errno);
+    const int err = errno;
     ::close(fd_);
     fd_ = -1;
-    throw FileError(path + ": cannot write the lock holder's note: " + why);
+    throw FileError(path + ": cannot write the lock holder's note: " + errno_text(err), exit_code_for_errno(err));
   }
 }
 
 DirLock::DirLock(const std::string& lock_path, const WaitForLock& wait) : dir_(lock_path) {
   fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw FileError(lock_path + ": cannot create lock file: " + std::strerror(errno));
+  if (fd_ < 0) {
+    const int err = errno;
+    throw FileError(lock_path + ": cannot create lock file: " + errno_text(err), exit_code_for_errno(err));
+  }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     if (wait.on_wait) wait.on_wait("waiting for " + holder_note(fd_) + " (" + lock_path + ")");
     while (::flock(fd_, LOCK_EX) != 0) {
       if (errno == EINTR) continue;
-      const std::string why = std::strerror(errno);
+      const int err = errno;
       ::close(fd_);
       fd_ = -1;
-      throw FileError(lock_path + ": flock failed: " + why);
+      throw FileError(lock_path + ": flock failed: " + errno_text(err), exit_code_for_errno(err));
     }
   }
   write_holder_note(lock_path);

@@ -1,7 +1,7 @@
 // keel's errors. A failure whose fix is in the user's input (a config key, a
 // data file, a checkpoint, a run directory, a distributed setup, a Hugging
 // Face file) is a keel::Error that carries the exit code the process ends
-// with: 2 for bad input. main() turns any exception into a message and an
+// with: 2 for bad input, 4 for the environment. main() turns any exception into a message and an
 // exit code in one place (report_error), and the data-parallel setup vote
 // uses the same codes (exit_code_of). Anything else is a bug in keel: exit 1.
 #pragma once
@@ -9,15 +9,21 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace keel {
 
 namespace exit_code {
-constexpr int ok = 0;
-constexpr int internal = 1;   // a bug in keel, or a failure keel cannot attribute
-constexpr int bad_input = 2;  // config, data, checkpoint, run directory, setup: the message says what to fix
-constexpr int nonfinite = 3;  // training halted on a non-finite loss (train.nonfinite: halt)
+// One table for every command (keel --help, docs/reliability.md#exit-codes).
+constexpr int ok = 0;            // finished what was asked
+constexpr int internal = 1;      // a bug in keel, or a failure keel cannot attribute
+constexpr int bad_input = 2;     // config, data, checkpoint, run directory, setup: the message says what to fix
+constexpr int stopped = 3;       // training stopped by its own rule: non-finite halt, divergence, max rewinds
+constexpr int nonfinite = stopped;
+constexpr int environment = 4;   // the machine, not the input: disk full, permission, I/O error, a peer that failed
+constexpr int sweep_failed = 5;  // a sweep ran to its end but some points failed (each point's code in its record)
+constexpr int signal_base = 128; // stopped cleanly on a signal: 128 + its number (130 SIGINT, 143 SIGTERM)
 }  // namespace exit_code
 
 class Error : public std::runtime_error {
@@ -94,10 +100,18 @@ class DistError : public Error {
 };
 
 // A collective with the other ranks failed (a peer died, hung, or left):
-// not this rank's input, so not exit 2.
+// not this rank's input, so not exit 2: the environment's.
 class PeerFailure : public Error {
  public:
-  explicit PeerFailure(const std::string& message) : Error(message, "data parallel", exit_code::internal) {}
+  explicit PeerFailure(const std::string& message) : Error(message, "data parallel", exit_code::environment) {}
+};
+
+// The machine refused: a full disk, a quota, a read-only file system, an I/O
+// error, a permission. Nothing in the input to fix, so not exit 2.
+class EnvironmentError : public Error {
+ public:
+  explicit EnvironmentError(const std::string& message, std::string kind = "environment")
+      : Error(message, std::move(kind), exit_code::environment) {}
 };
 
 // Another rank's setup failed: this rank exits with that rank's code.

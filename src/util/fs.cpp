@@ -21,7 +21,7 @@ namespace {
 
 const char* errno_hint(int err) {
   switch (err) {
-    case ENOSPC: return "the disk is full: free space or point run.dir at a larger disk";
+    case ENOSPC: return "the disk is full: free space, or point run.out_dir (data.dir for keel prepare) at a larger disk";
     case EDQUOT: return "the disk quota is exhausted: free space or raise the quota";
     case EROFS: return "the file system is mounted read-only";
     case EACCES:
@@ -38,7 +38,7 @@ const char* errno_hint(int err) {
 }
 
 [[noreturn]] void fail(const std::string& path, const std::string& what, int err) {
-  throw FileError(path + ": " + what + ": " + errno_text(err));
+  throw FileError(path + ": " + what + ": " + errno_text(err), exit_code_for_errno(err));
 }
 
 // open(2) that retries on EINTR.
@@ -63,6 +63,21 @@ void fsync_fd(int fd, const std::string& path) {
 }
 
 }  // namespace
+
+int exit_code_for_errno(int err) {
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+    case EROFS:
+    case EIO:
+    case EACCES:
+    case EPERM:
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM: return exit_code::environment;
+    default: return exit_code::bad_input;
+  }
+}
 
 std::string errno_text(int err) {
   std::string text = std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";

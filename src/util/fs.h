@@ -19,11 +19,18 @@
 
 namespace keel {
 
-// A file or directory could not be read, written, created or removed.
+// A file or directory could not be read, written, created or removed. Exit 2
+// (the path or its content is the input to fix) unless the errno says the
+// machine refused: a full disk, a quota, a read-only mount, an I/O error, a
+// permission, too many open files, which exit 4 (environment).
 class FileError : public Error {
  public:
-  explicit FileError(const std::string& message) : Error(message, "file error") {}
+  explicit FileError(const std::string& message, int exit_code = exit_code::bad_input)
+      : Error(message, "file error", exit_code) {}
 };
+
+// The exit code a failed system call's errno deserves (see FileError).
+int exit_code_for_errno(int err);
 
 // "strerror(err) (errno N)" plus a hint for the errors a user can fix
 // (ENOSPC, EDQUOT, EROFS, EACCES, ...).
