@@ -11,6 +11,9 @@ namespace keel {
 class Logger {
  public:
   // Logs to stderr, and also appends to `file_path` when it is not empty.
+  // A line the file refuses (a full disk, a quota) is reported on stderr at
+  // once, naming the file and the errno; the file then gets no more lines
+  // (stderr still does) and file_errno() says why, for the caller to act on.
   explicit Logger(const std::string& file_path = "");
   ~Logger();
   void info(const std::string& message);
@@ -19,6 +22,8 @@ class Logger {
   // Warnings and errors only, each line tagged (e.g. "[rank 1]"): what a
   // data-parallel worker other than rank 0 prints.
   void quiet(const std::string& tag);
+  // The errno of the file's first failed append, or 0.
+  int file_errno() const;
 
  private:
   struct Impl;
