@@ -12,6 +12,9 @@ MetricsLogger::MetricsLogger(const Config& cfg, RunDir& run, const BatchGeometry
 void MetricsLogger::start(int64_t start_step) {
   start_step_ = start_step;
   run_start_ = interval_start_ = Clock::now();
+  timed_steps_ = 0;  // the open interval's earlier steps (a resume) were timed by another process
+  loader_wait_ms_ = comm_wait_ms_ = 0;
+  run_.restore_unwritten(std::exchange(carried_, nlohmann::json::array()));
 }
 
 void MetricsLogger::restart(int64_t step, double elapsed_s) {
@@ -25,6 +28,7 @@ double MetricsLogger::elapsed_s() const {
 
 void MetricsLogger::step_done(double loader_wait_ms, double comm_wait_ms) {
   ++interval_steps_;
+  ++timed_steps_;
   loader_wait_ms_ += loader_wait_ms;
   comm_wait_ms_ += comm_wait_ms;
 }
@@ -33,26 +37,45 @@ void MetricsLogger::add_spikes(const nlohmann::json& events) {
   for (const auto& e : events) spikes_.push_back(e);
 }
 
+MetricsLogger::Interval MetricsLogger::open_interval() const {
+  return Interval{interval_steps_, timed_steps_, std::chrono::duration<double>(Clock::now() - interval_start_).count(),
+                  loader_wait_ms_, comm_wait_ms_};
+}
+
 MetricsLogger::Interval MetricsLogger::close_interval() {
-  const auto now = Clock::now();
-  Interval i{interval_steps_, std::chrono::duration<double>(now - interval_start_).count(), loader_wait_ms_,
-             comm_wait_ms_};
-  interval_steps_ = 0;
+  const Interval i = open_interval();
+  interval_steps_ = timed_steps_ = 0;
   loader_wait_ms_ = comm_wait_ms_ = 0;
   return i;
 }
 
 void MetricsLogger::log(const StepPlan& plan, const Interval& in, const DeviceCounters::Values& c,
                         const StepReport& r, std::optional<double> val_loss, const nlohmann::json& spike_score) {
+  write(plan, in, c, r, val_loss, spike_score, "");
+  interval_start_ = Clock::now();  // evaluation and logging count toward neither interval
+}
+
+void MetricsLogger::log_stop(const StepPlan& plan, const DeviceCounters::Values& c, const StepReport& r,
+                             const std::string& why) {
+  write(plan, open_interval(), c, r, std::nullopt, nlohmann::json(), why);
+}
+
+void MetricsLogger::write(const StepPlan& plan, const Interval& in, const DeviceCounters::Values& c,
+                          const StepReport& r, std::optional<double> val_loss, const nlohmann::json& spike_score,
+                          const std::string& why) {
+  const bool regular = why.empty();
   const int64_t step = plan.step;
-  const double n = static_cast<double>(in.steps);
+  // Sums over every step since the previous record; times over the steps this process ran.
+  const double n = static_cast<double>(in.steps), timed = static_cast<double>(in.timed_steps);
   const double loss = c.loss_sum / std::max(1.0, n), z = c.z_sum / std::max(1.0, n);
   last_loss_ = loss;
-  if (std::isnan(initial_loss_)) initial_loss_ = loss;
-  const double tok_s = in.steps > 0 ? static_cast<double>(geometry_.tokens_per_step()) * n / in.seconds : 0;
-  const double step_ms = in.steps > 0 ? in.seconds * 1e3 / n : 0;
+  // The summary's first loss and mean throughput are the regular records'.
+  if (regular && std::isnan(initial_loss_)) initial_loss_ = loss;
+  const bool measured = in.timed_steps > 0 && in.seconds > 0;
+  const double tok_s = measured ? static_cast<double>(geometry_.tokens_per_step()) * timed / in.seconds : 0;
+  const double step_ms = measured ? in.seconds * 1e3 / timed : 0;
   const double mfu = compute_.peak_flops > 0 ? size_.flops_per_token * tok_s / (compute_.peak_flops * world_) : 0;
-  if (in.steps > 0) {
+  if (regular && measured) {
     tokens_per_s_sum_ += tok_s;
     ++tokens_per_s_n_;
   }
@@ -67,12 +90,12 @@ void MetricsLogger::log(const StepPlan& plan, const Interval& in, const DeviceCo
                         {"grad_norm", c.grad_norm},
                         {"tokens_per_s", tok_s},
                         {"step_ms", step_ms},
-                        {"loader_wait_ms", in.steps > 0 ? in.loader_wait_ms / n : 0.0},
+                        {"loader_wait_ms", in.timed_steps > 0 ? in.loader_wait_ms / timed : 0.0},
                         {"mfu", mfu},
                         {"elapsed_s", elapsed}};
   // Host time blocked on gradient all-reduces: Gloo blocks; NCCL only orders
   // the stream (the host runs ahead), so there it is near zero.
-  const double comm_ms = in.steps > 0 ? in.comm_wait_ms / n : 0;
+  const double comm_ms = in.timed_steps > 0 ? in.comm_wait_ms / timed : 0;
   if (world_ > 1) rec["comm_wait_ms"] = comm_ms;
   if (cfg_.train.qk_clip_tau) rec["qk_clipped_heads"] = c.qk_clipped_heads;  // head-steps rescaled since the last record
   if (cfg_.train.z_loss > 0) rec["z_loss"] = z;
@@ -81,7 +104,9 @@ void MetricsLogger::log(const StepPlan& plan, const Interval& in, const DeviceCo
     rec["update_ratio"] = r.update_ratio;
   }
   if (!r.layer_grad_norms.is_null()) rec["layer_grad_norms"] = r.layer_grad_norms;
-  if (!spikes_.empty()) rec["spikes"] = std::exchange(spikes_, nlohmann::json::array());
+  // A stop record leaves the pending spikes to the next regular record, where an uninterrupted run has them.
+  if (regular && !spikes_.empty()) rec["spikes"] = std::exchange(spikes_, nlohmann::json::array());
+  if (!regular) rec["stop"] = why;
   std::string monitor_text;
   if (!r.stats.is_null()) {
     rec["attn"] = r.stats["attn"];
@@ -98,12 +123,12 @@ void MetricsLogger::log(const StepPlan& plan, const Interval& in, const DeviceCo
   }
   run_.append_metrics(rec);
   const std::string comm_text = world_ > 1 ? strf(" (comm wait %.1f)", comm_ms) : "";
+  const std::string stop_text = regular ? "" : " | stop (" + why + ")";
   run_.log->info(strf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %s tok/s | %.1f ms%s | MFU %.1f%%%s%s | "
-                      "%s < %s",
+                      "%s < %s%s",
                       static_cast<long long>(step), static_cast<long long>(cfg_.train.max_steps), loss, r.lr,
                       c.grad_norm, si(tok_s).c_str(), step_ms, comm_text.c_str(), 100 * mfu, val_text.c_str(),
-                      monitor_text.c_str(), hms(elapsed).c_str(), hms(eta).c_str()));
-  interval_start_ = Clock::now();  // evaluation and logging count toward neither interval
+                      monitor_text.c_str(), hms(elapsed).c_str(), hms(eta).c_str(), stop_text.c_str()));
 }
 
 namespace {
@@ -121,10 +146,13 @@ void MetricsLogger::save_state(nlohmann::json& extra) const {
                      {"tokens_per_s_sum", tokens_per_s_sum_},
                      {"tokens_per_s_n", tokens_per_s_n_},
                      {"elapsed_s", elapsed_s()}};
+  // A full disk: the records this run could not append, written by the resumed run.
+  if (!run_.unwritten().empty()) extra["logger"]["unwritten"] = run_.unwritten();
 }
 
 void MetricsLogger::load_state(const nlohmann::json& extra) {
   initial_loss_ = number_or(extra, "initial_loss", initial_loss_);
+  carried_ = nlohmann::json::array();
   if (!extra.contains("logger") || !extra["logger"].is_object()) return;  // a checkpoint of an older keel
   const auto& l = extra["logger"];
   interval_steps_ = static_cast<int64_t>(number_or(l, "interval_steps", 0));
@@ -133,6 +161,7 @@ void MetricsLogger::load_state(const nlohmann::json& extra) {
   tokens_per_s_sum_ = number_or(l, "tokens_per_s_sum", 0);
   tokens_per_s_n_ = static_cast<int64_t>(number_or(l, "tokens_per_s_n", 0));
   earlier_s_ = number_or(l, "elapsed_s", 0);
+  if (l.contains("unwritten") && l["unwritten"].is_array()) carried_ = l["unwritten"];
 }
 
 }  // namespace keel

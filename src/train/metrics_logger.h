@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <string>
 
 #include "config/config.h"
 #include "model/model_size.h"
@@ -34,7 +35,9 @@ class MetricsLogger {
   MetricsLogger(const Config& cfg, RunDir& run, const BatchGeometry& geometry, const ModelSize& size,
                 const ComputeSetup& compute, int world);
 
-  void start(int64_t start_step);  // the run's clock
+  // The run's clock. Records a failed append left for the checkpoint
+  // (RunDir::unwritten, restored by load_state) are written now.
+  void start(int64_t start_step);
   // After a rewind to `step`: the ETA counts from there, the training time
   // goes on from `elapsed_s` (the abandoned steps took time too).
   void restart(int64_t step, double elapsed_s);
@@ -46,13 +49,21 @@ class MetricsLogger {
   // evaluation runs, and the next starts when log() returns, so tokens/s
   // measures training alone.
   struct Interval {
-    int64_t steps = 0;
+    int64_t steps = 0;  // since the previous record, earlier attempts included: the device counters' sums
+    int64_t timed_steps = 0;  // those this process ran and timed: the throughput and the waits
     double seconds = 0, loader_wait_ms = 0, comm_wait_ms = 0;
   };
   Interval close_interval();
   // The record of step plan.step; `val_loss` and `spike_score` on eval steps.
   void log(const StepPlan& plan, const Interval& interval, const DeviceCounters::Values& counters,
            const StepReport& report, std::optional<double> val_loss, const nlohmann::json& spike_score);
+  // A clean stop between records (`why`: "signal" | "stop_after_step"): a
+  // record of its own, marked {"stop": why}, over the steps since the
+  // previous record. It leaves the interval open (its sums, step count and
+  // pending spikes), so the checkpoint saved next carries them and the next
+  // regular record after a resume equals an uninterrupted run's.
+  void log_stop(const StepPlan& plan, const DeviceCounters::Values& counters, const StepReport& report,
+                const std::string& why);
 
   double last_loss() const { return last_loss_; }
   double initial_loss() const { return initial_loss_; }
@@ -61,8 +72,9 @@ class MetricsLogger {
 
   // What a resumed run needs to log and summarise as an uninterrupted one:
   // the open interval's step count and pending spike events, the losses and
-  // tokens/s the summary reports, and the time already spent. The device
-  // counters' interval sums are the trainer's to save (DeviceCounters::snapshot).
+  // tokens/s the summary reports, the time already spent, and the records a
+  // failed append left unwritten (RunDir::unwritten). The device counters'
+  // interval sums are the trainer's to save (DeviceCounters::snapshot).
   void save_state(nlohmann::json& extra) const;
   void load_state(const nlohmann::json& extra);
 
@@ -77,12 +89,19 @@ class MetricsLogger {
   int64_t start_step_ = 0;
   double earlier_s_ = 0;  // elapsed_s() of the attempts before this one
   Clock::time_point run_start_, interval_start_;
-  int64_t interval_steps_ = 0;
+  int64_t interval_steps_ = 0, timed_steps_ = 0;
   double loader_wait_ms_ = 0, comm_wait_ms_ = 0;
+  nlohmann::json carried_ = nlohmann::json::array();  // unwritten records of the checkpoint resumed from
   nlohmann::json spikes_ = nlohmann::json::array();
   double last_loss_ = NAN, initial_loss_ = NAN;
   double tokens_per_s_sum_ = 0;
   int64_t tokens_per_s_n_ = 0;
+
+  Interval open_interval() const;
+  // The record and progress line of a regular record (why empty) or a stop record.
+  void write(const StepPlan& plan, const Interval& interval, const DeviceCounters::Values& counters,
+             const StepReport& report, std::optional<double> val_loss, const nlohmann::json& spike_score,
+             const std::string& why);
 };
 
 }  // namespace keel

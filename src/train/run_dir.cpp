@@ -4,6 +4,7 @@
 
 #include "monitor/tensorboard_writer.h"
 #include "util/dir_lock.h"
+#include "util/fault_inject.h"
 #include "util/fs.h"
 
 namespace keel {
@@ -50,9 +51,52 @@ void RunDir::write_config(const Config& config) {
 
 void RunDir::append_metrics(const nlohmann::json& record) {
   if (!writer_) return;
-  metrics_ << record.dump() << "\n";
-  metrics_.flush();
-  tensorboard_append(record);
+  if (append_record("metrics.jsonl", metrics_file_, record)) tensorboard_append(record);
+}
+
+// A record the disk refuses is reported at once, and it and every later one
+// wait in unwritten_ rather than follow a gap; the trainer stops at the end
+// of the step (Trainer::stop_on_write_failure), so a run never goes on with
+// records missing and nobody told.
+bool RunDir::append_record(const std::string& name, AppendFile& out, const nlohmann::json& record) {
+  int err = write_errno_ ? -1 : injected_append_errno(name, appended_[name]);
+  if (!err && !out.is_open()) err = out.open(file(name));
+  if (!err) err = out.append(record.dump() + "\n");
+  if (!err) {
+    ++appended_[name];
+    return true;
+  }
+  unwritten_.push_back({{"file", name}, {"record", record}});
+  if (write_errno_) return false;  // reported with the first
+  write_errno_ = err;
+  write_error_ = file(name) + ": cannot append a record: " + errno_text(err);
+  if (log) log->error(write_error_ + "; the run stops after this step (docs/reliability.md#a-full-disk)");
+  return false;
+}
+
+int RunDir::write_errno() const {
+  if (write_errno_) return write_errno_;
+  return log ? log->file_errno() : 0;
+}
+
+std::string RunDir::write_error() const {
+  if (!write_error_.empty()) return write_error_;
+  const int err = write_errno();
+  return err ? file("train.log") + ": cannot append a log line: " + errno_text(err) : "";
+}
+
+void RunDir::restore_unwritten(const nlohmann::json& records) {
+  if (!writer_) return;
+  for (const auto& r : records) {
+    if (!r.is_object() || !r.contains("file") || !r["file"].is_string() || !r.contains("record")) continue;
+    const std::string name = r["file"].get<std::string>();
+    if (name != "metrics.jsonl" && name != "spikes.jsonl" && name != "nonfinite.jsonl") continue;  // ours alone
+    const std::string path = file(name);
+    if (path_exists(path) && read_small_file(path, 1ull << 30).find(r["record"].dump() + "\n") != std::string::npos)
+      continue;
+    if (name == "metrics.jsonl") append_metrics(r["record"]);
+    else append_event(name, r["record"]);
+  }
 }
 
 // TensorBoard is a view of metrics.jsonl: a failure to write it is reported
@@ -72,9 +116,8 @@ void RunDir::tensorboard_append(const nlohmann::json& record) {
 void RunDir::reopen_metrics(const std::string& content) {
   if (!writer_) return;
   metrics_.close();
+  metrics_file_.close();  // the next record opens the new file
   write_file_atomic(file("metrics.jsonl"), content);
-  metrics_.open(file("metrics.jsonl"), std::ios::app);
-  if (!metrics_) throw RunDirError("cannot reopen " + file("metrics.jsonl"));
   if (!tensorboard_) return;
   // A resumed run redoes the steps after its checkpoint; TensorBoard would
   // show both copies, so the event files are replaced by one rebuilt from
@@ -91,8 +134,8 @@ void RunDir::reopen_metrics(const std::string& content) {
 
 void RunDir::append_event(const std::string& file_name, const nlohmann::json& record) {
   if (!writer_) return;
-  std::ofstream out(file(file_name), std::ios::app);
-  out << record.dump() << "\n";
+  AppendFile out;  // events are rare: opened for each
+  append_record(file_name, out, record);
 }
 
 void RunDir::write_json_atomic(const std::string& name, const nlohmann::json& value) {

@@ -5,10 +5,12 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "config/config.h"
+#include "util/append_file.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -31,13 +33,28 @@ class RunDir {
   bool writer() const { return writer_; }
 
   void write_config(const Config& config);
-  // One line of metrics.jsonl, flushed; with run.tensorboard also one event
-  // of scalars in the TensorBoard file (monitor/tensorboard_writer.h).
+  // One line of metrics.jsonl, written at once (util/append_file.h); with
+  // run.tensorboard also one event of scalars in the TensorBoard file
+  // (monitor/tensorboard_writer.h). An append the disk refuses (full, a
+  // quota) is reported on stderr at once, naming the file and the errno,
+  // and leaves the file as it was; that record and every later one are kept
+  // in unwritten() instead, for the checkpoint the trainer saves before it
+  // stops (docs/reliability.md#a-full-disk).
   void append_metrics(const nlohmann::json& record);
   // Replace metrics.jsonl (resume), keep appending. The TensorBoard files are
   // rewritten from `content` too, so they never hold the dropped steps.
   void reopen_metrics(const std::string& content);
+  // One line of an event log (spikes.jsonl, nonfinite.jsonl), as append_metrics.
   void append_event(const std::string& file_name, const nlohmann::json& record);
+  // A record or a train.log line was refused: the run's logs have a gap from here.
+  bool write_failed() const { return write_errno() != 0; }
+  int write_errno() const;
+  std::string write_error() const;  // "PATH: cannot append ...: <errno text>", or ""
+  // The records refused so far, in order: [{"file": name, "record": {...}}].
+  const nlohmann::json& unwritten() const { return unwritten_; }
+  // Appends the records an earlier attempt could not (from its checkpoint),
+  // but none the file already holds (a rewind back to that checkpoint).
+  void restore_unwritten(const nlohmann::json& records);
   void write_json_atomic(const std::string& name, const nlohmann::json& value);
 
   std::unique_ptr<Logger> log;  // stderr + train.log (stderr only when not the writer)
@@ -46,7 +63,14 @@ class RunDir {
   std::string path_;
   bool writer_;
   std::unique_ptr<DirLock> lock_;  // held for the run's lifetime (writer only)
-  std::ofstream metrics_;
+  std::ofstream metrics_;    // the constructor's check that metrics.jsonl opens; records go to metrics_file_
+  AppendFile metrics_file_;  // opened at the first record, and again after reopen_metrics
+  int write_errno_ = 0;      // the first refused record's
+  std::string write_error_;
+  nlohmann::json unwritten_ = nlohmann::json::array();
+  std::map<std::string, int64_t> appended_;  // records written per file (fault injection counts them)
+  // True when written; otherwise the record is in unwritten_.
+  bool append_record(const std::string& file_name, AppendFile& out, const nlohmann::json& record);
   bool tensorboard_ = false;
   std::unique_ptr<TensorBoardWriter> tensorboard_writer_;  // opened at the first record
   void tensorboard_append(const nlohmann::json& record);

@@ -18,10 +18,17 @@ struct StepPlan {
   bool checkpoint = false;    // periodic save (checkpoint.every), or the last step with checkpoint.at_end
   bool host_sync = false;     // read the device counters: non-finite steps, the stop vote
   bool drain_spikes = false;  // hand queued loss / grad-norm values to the spike detector
+  bool stop_record = false;   // a stop between records: a record of its own that leaves the interval open
 
-  // A stop (signal, --stop-after-step) after this step: it is logged,
-  // checkpointed and its spikes are judged, whatever the cadences said.
-  void stop() { log = drain_spikes = checkpoint = true; }
+  // A stop (signal, --stop-after-step) after this step: it is checkpointed
+  // and its spikes are judged, whatever the cadences said. A step that logs
+  // anyway keeps its regular record; any other gets a stop record, which
+  // must not close the logging interval: the regular records of a stopped
+  // and resumed run then equal an uninterrupted run's (MetricsLogger::log_stop).
+  void stop() {
+    stop_record = !log;
+    drain_spikes = checkpoint = true;
+  }
 };
 
 // `index` is the 0-based step index; `cpu`: the host reads device values

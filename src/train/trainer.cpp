@@ -19,35 +19,28 @@
 #include "train/schedule.h"
 #include "train/trainer_impl.h"
 #include "util/error.h"
+#include "util/fs.h"
 #include "util/log.h"
+#include "util/stop_signal.h"
 #include "util/text.h"
 
 namespace keel {
 
 namespace {
 
-std::atomic<int> g_stop_signal{0};
-// Only sets a flag (docs/reference.md#checkpoint-and-resume).
-void on_stop_signal(int sig) { g_stop_signal.store(sig); }
-
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 }  // namespace
 
-void install_stop_handlers() {
-  g_stop_signal.store(0);
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
-}
-
-bool stop_requested() { return g_stop_signal.load() != 0; }
-
 int Trainer::run() {
+  // Before setup: a signal while rank 0 prepares the data stops that cleanly
+  // too (data/prepare.cpp polls), instead of killing it half-way. The
+  // handlers only set a flag (docs/reference.md#checkpoint-and-resume).
+  install_stop_handlers();
   setup();
   print_settings();
-  install_stop_handlers();
-  metrics_->start(start_step_);
+  metrics_->start(start_step_);  // writes the records a full disk kept from the attempt resumed
   if (start_step_ >= cfg_.train.max_steps) {
     run_->log->info(strf("nothing to do: the checkpoint is at step %lld and train.max_steps is %lld",
                          static_cast<long long>(start_step_), static_cast<long long>(cfg_.train.max_steps)));
@@ -79,6 +72,7 @@ int Trainer::run() {
           run_->log->warn(strf("spike at step %lld after %lld rewind(s): monitor.max_rewinds reached, stopping",
                                static_cast<long long>(*spike), static_cast<long long>(data_skips_.rewinds())));
           stopped_by = "max_rewinds";
+          exit_code = exit_code::stopped;
           break;
         }
         index = rewind(*spike, spikes) - 1;  // the loop's ++index is the checkpoint's next step
@@ -91,16 +85,24 @@ int Trainer::run() {
       record_spikes(stability_->drain());
     }
     if (plan.log || vote.instability) log_step(plan, report);
-    if (vote.instability) {
+    else if (plan.stop_record) metrics_->log_stop(plan, counters_->read(), report, vote.reason());
+    if (run_->write_failed()) stop_on_write_failure(plan.step);
+    if (vote.instability) {  // divergence or a loss spike with monitor.on_spike: stop
       stopped_by = vote.instability;
+      exit_code = exit_code::stopped;
       break;
     }
     if (plan.checkpoint) save_checkpoint(plan.step);
     if (vote.stopping()) {
-      stopped_by = vote.signal ? "signal" : "stop_after_step";
+      stopped_by = vote.reason();
+      // Interrupted, not finished: 128 + the signal, as a shell reports it, so
+      // `keel train && next` does not go on. A rank stopped by another rank's
+      // signal reports SIGTERM, what a scheduler sends; --stop-after-step
+      // stops where it was asked to: 0.
+      if (vote.signal) exit_code = exit_code::signal_base + (stop_requested() ? stop_signal() : SIGTERM);
       run_->log->warn(strf("stopping after step %lld (%s)", static_cast<long long>(plan.step),
                            !vote.signal        ? "--stop-after-step"
-                           : stop_requested() ? strf("signal %d", g_stop_signal.load()).c_str()
+                           : stop_requested() ? strf("signal %d", stop_signal()).c_str()
                                               : "a signal to another rank"));
       break;
     }
@@ -236,6 +238,7 @@ void Trainer::print_settings() {
 StepReport Trainer::train_step(const StepPlan& plan) {
   const int64_t index = plan.step - 1;
   if (plan.step == faults_.kill_at_step) std::raise(SIGKILL);  // injected fault: this rank dies
+  if (plan.step == faults_.sigterm_at_step) std::raise(SIGTERM);  // ... or is asked to stop after this step
   while (plan.step == faults_.hang_at_step) std::this_thread::sleep_for(std::chrono::seconds(1));  // ... or hangs
   StepRunner& runner = *parts_.runner;
   const bool graphed = runner.graph_mode();
@@ -461,6 +464,35 @@ void Trainer::log_step(const StepPlan& plan, const StepReport& report) {
   metrics_->log(plan, interval, counters, report, val_loss, spike_score);
 }
 
+// A record or a train.log line the disk refused (RunDir::append_record, the
+// Logger): the run stops after this step rather than train on with its
+// records missing (docs/reliability.md#a-full-disk). First a checkpoint of
+// this step, which carries the refused records for the resumed run to
+// write; it needs space too, and when it fails the newest checkpoint on disk
+// stays valid and a resume redoes the steps after it, records included.
+void Trainer::stop_on_write_failure(int64_t step) {
+  run_->log->error(strf("stopping after step %lld: %s", static_cast<long long>(step), run_->write_error().c_str()));
+  // Data parallel: a save is collective, and only rank 0 writes records, so it stops alone (its peers as on a
+  // failed peer); the newest checkpoint stays the one to resume from.
+  if (!dist_->distributed()) {
+    try {
+      save_checkpoint(step);
+    } catch (const std::exception& e) {
+      run_->log->warn(strf("no checkpoint of step %lld either (%s): the newest on disk stays valid, and a resume "
+                           "redoes the steps after it", static_cast<long long>(step), e.what()));
+    }
+  }
+  try {
+    write_summary("write_failed");
+  } catch (const std::exception&) {  // it needs space too; the error to report is the first
+  }
+  throw write_failure();
+}
+
+FileError Trainer::write_failure() const {
+  return FileError(run_->write_error(), exit_code_for_errno(run_->write_errno()));
+}
+
 void Trainer::write_summary(const std::string& stopped_by) {
   const double time_s = metrics_->elapsed_s();
   const double best = evaluator_->best();
@@ -498,9 +530,14 @@ void Trainer::write_summary(const std::string& stopped_by) {
     }
   }
   run_->write_json_atomic("summary.json", s);
-  run_->log->info(strf("summary: %s after %lld steps, %.1f s; final loss %.4f, val loss %.4f (best %.4f); %s",
-                       stopped_by.c_str(), static_cast<long long>(steps_done_), time_s, metrics_->last_loss(),
-                       evaluator_->last(), best, run_->file("summary.json").c_str()));
+  // Before any evaluation (none configured, or a stop before the first) there is no val loss: n/a, as the nulls.
+  const std::string val = std::isfinite(best) ? strf("val loss %.4f (best %.4f)", evaluator_->last(), best)
+                                              : std::string("val loss n/a");
+  run_->log->info(strf("summary: %s after %lld steps, %.1f s; final loss %.4f, %s; %s", stopped_by.c_str(),
+                       static_cast<long long>(steps_done_), time_s, metrics_->last_loss(), val.c_str(),
+                       run_->file("summary.json").c_str()));
+  // Every way out of a run passes here: one whose logs lost a line ends as an environment error, not a success.
+  if (run_->write_failed()) throw write_failure();
 }
 
 }  // namespace keel

@@ -31,6 +31,7 @@
 #include "train/trainer.h"
 #include "train/training_setup.h"
 #include "util/fault_inject.h"
+#include "util/fs.h"
 
 namespace keel {
 
@@ -46,6 +47,7 @@ class Trainer {
     bool stop_after = false;    // --stop-after-step
     const char* instability = nullptr;  // "diverged" | "logit_unstable": newly so, and the config stops on it
     bool stopping() const { return signal || stop_after; }
+    const char* reason() const { return signal ? "signal" : "stop_after_step"; }  // stopped_by, the stop record's mark
   };
 
   void setup();
@@ -60,7 +62,9 @@ class Trainer {
   // records move to branches/ (branch_off). Shared by resume and rewind.
   void restore_checkpoint(const std::string& dir, bool branch, const std::string& why);
   void log_step(const StepPlan& plan, const StepReport& report);
-  void write_summary(const std::string& stopped_by);
+  void write_summary(const std::string& stopped_by);  // throws write_failure() when a log lost a line
+  [[noreturn]] void stop_on_write_failure(int64_t step);  // a full disk: checkpoint if it fits, summary, throw
+  FileError write_failure() const;                      // RunDir::write_error() with its errno's exit code
   void record_spikes(const std::vector<SpikeEvent>& events);
   nlohmann::json per_layer_grad_norms();
   void measure_update(const std::vector<torch::Tensor>& before, StepReport& report);

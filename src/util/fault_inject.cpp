@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 
 namespace keel {
@@ -42,6 +43,7 @@ TrainFaults TrainFaults::from_environment(int rank) {
   if (!spec) return f;
   if (spec->point == "nan_loss_at_step") f.nan_loss_at_step = positive(spec->argument);
   if (spec->point == "loss_x10_at_step") f.loss_x10_at_step = positive(spec->argument);
+  if (spec->point == "sigterm_at_step") f.sigterm_at_step = positive(spec->argument);
   if (spec->point == "kill_rank_at_step" || spec->point == "hang_rank_at_step") {
     const size_t colon = spec->argument.find(':');
     if (colon == std::string::npos) return f;
@@ -50,6 +52,18 @@ TrainFaults TrainFaults::from_environment(int rank) {
     (spec->point[0] == 'k' ? f.kill_at_step : f.hang_at_step) = positive(spec->argument.substr(colon + 1));
   }
   return f;
+}
+
+int injected_append_errno(const std::string& file_name, int64_t appended) {
+  const auto spec = fault_spec();
+  if (!spec || spec->point != "enospc_after") return 0;
+  const size_t colon = spec->argument.rfind(':');
+  if (colon == std::string::npos || spec->argument.substr(0, colon) != file_name) return 0;
+  const std::string n = spec->argument.substr(colon + 1);
+  char* end = nullptr;
+  const long long after = std::strtoll(n.c_str(), &end, 10);  // 0: the very first append fails
+  if (n.empty() || *end != '\0' || after < 0) return 0;       // malformed: plants nothing
+  return appended >= after ? ENOSPC : 0;
 }
 
 }  // namespace keel

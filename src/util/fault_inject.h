@@ -17,6 +17,11 @@
 //   loss_x10_at_step:N             the loss is multiplied by 10 (a planted spike)
 //   kill_rank_at_step:R:N          rank R kills itself before step N
 //   hang_rank_at_step:R:N          rank R hangs before step N
+//   sigterm_at_step:N              the process sends itself SIGTERM before step N
+// Environment faults:
+//   enospc_after:<file name>:N     the run directory's appends to <file name>
+//                                  (metrics.jsonl, spikes.jsonl, nonfinite.jsonl)
+//                                  fail with ENOSPC once N of them succeeded
 //
 // The variable is read at every call, so a test can set it in a forked child.
 #pragma once
@@ -36,11 +41,16 @@ std::optional<FaultSpec> fault_spec();
 
 void fault_point(const std::string& point, const std::string& argument);
 
+// enospc_after: the errno the next append to `file_name` fails with (ENOSPC),
+// after `appended` appends to it, or 0.
+int injected_append_errno(const std::string& file_name, int64_t appended);
+
 struct TrainFaults {
   int64_t nan_loss_at_step = 0;  // 0 = none
   int64_t loss_x10_at_step = 0;
   int64_t kill_at_step = 0;  // this rank's
   int64_t hang_at_step = 0;  // this rank's
+  int64_t sigterm_at_step = 0;
   bool loss_faults() const { return nan_loss_at_step || loss_x10_at_step; }
   static TrainFaults from_environment(int rank);
 };

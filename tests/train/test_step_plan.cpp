@@ -79,11 +79,19 @@ TEST(VoteCadence, VotesAtMostBoundSecondsApart) {
   EXPECT_TRUE(c.due(5));
 }
 
+// A stop between records gets a stop record, which leaves the logging
+// interval open (issue 31); a stop on a logging step keeps the regular record.
 TEST(StepPlan, StopForcesRecordCheckpointAndSpikes) {
   auto p = plan_step(cadences(), 0, false, true);
-  EXPECT_FALSE(p.log || p.checkpoint || p.drain_spikes);
+  EXPECT_FALSE(p.log || p.stop_record || p.checkpoint || p.drain_spikes);
   p.stop();
-  EXPECT_TRUE(p.log && p.checkpoint && p.drain_spikes);
+  EXPECT_TRUE(p.stop_record && p.checkpoint && p.drain_spikes);
+  EXPECT_FALSE(p.log);
+  auto on_log_step = plan_step(cadences(), 4, false, true);  // step 5: log_every
+  ASSERT_TRUE(on_log_step.log);
+  on_log_step.stop();
+  EXPECT_TRUE(on_log_step.log && on_log_step.checkpoint);
+  EXPECT_FALSE(on_log_step.stop_record);
 }
 
 // One buffer, one read: sums over the interval, the last gradient norm, the

@@ -8,14 +8,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "checkpoint/safetensors.h"
 #include "test_util.h"
@@ -730,4 +733,106 @@ TEST_F(TrainCli, RewindsStopAtMaxRewinds) {
   EXPECT_LE(summary["steps"].get<int64_t>(), 9);
   EXPECT_EQ(summary["rewinds"], 0);
   EXPECT_NE(out.find("monitor.max_rewinds reached"), std::string::npos) << out;
+}
+
+namespace {
+
+std::vector<nlohmann::json> metric_records(const std::string& run) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(run + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// Every value of two records but the wall times, which no two runs share.
+void expect_same_record(const nlohmann::json& a, const nlohmann::json& b) {
+  static const std::set<std::string> wall_times = {"tokens_per_s", "step_ms", "loader_wait_ms", "comm_wait_ms", "mfu",
+                                                   "elapsed_s"};
+  SCOPED_TRACE("step " + a.value("step", nlohmann::json()).dump());
+  std::set<std::string> keys;
+  for (const auto& r : {a, b})
+    for (const auto& [key, value] : r.items()) keys.insert(key);
+  for (const auto& key : keys) {
+    if (!wall_times.count(key)) EXPECT_EQ(a.value(key, nlohmann::json()), b.value(key, nlohmann::json())) << key;
+  }
+}
+
+}  // namespace
+
+// A clean stop inside a logging interval, by --stop-after-step or a SIGTERM,
+// then --resume auto: the regular records equal an uninterrupted run's (the
+// step-10 loss is the mean over steps 6-10, not 8-10), and the stop adds a
+// record of its own, marked with why it stopped (issue 31). The crash path is
+// ResumeInsideALoggingIntervalLogsTheSameValues.
+TEST_F(TrainCli, CleanStopInsideALoggingIntervalLogsTheSameValues) {
+  const std::string opts = "--set train.log_every=5 --set train.eval_every=10 --set monitor.every=0 ";
+  std::string out;
+  ASSERT_EQ(run_keel(args("log5_straight", opts), &out), 0) << out;
+  ASSERT_EQ(run_keel(args("log5_stopped", opts + "--stop-after-step 7"), &out), 0) << out;
+  ASSERT_EQ(run_keel(args("log5_stopped", opts + "--resume auto"), &out), 0) << out;
+  setenv("KEEL_FAULT_INJECT", "sigterm_at_step:6", 1);  // the signal arrives during step 6: it stops after it
+  run_keel(args("log5_signalled", opts), &out);         // (its exit code is ExitCodes' business)
+  unsetenv("KEEL_FAULT_INJECT");
+  EXPECT_EQ(read_json(run_path("log5_signalled") + "/summary.json")["stopped_by"], "signal") << out;
+  ASSERT_EQ(run_keel(args("log5_signalled", opts + "--resume auto"), &out), 0) << out;
+
+  const auto straight = metric_records(run_path("log5_straight"));
+  std::vector<int64_t> steps;
+  for (const auto& r : straight) steps.push_back(r["step"].get<int64_t>());
+  ASSERT_EQ(steps, (std::vector<int64_t>{5, 10, 12}));
+  for (const auto& [run, stop_step, why] : {std::make_tuple("log5_stopped", 7, "stop_after_step"),
+                                            std::make_tuple("log5_signalled", 6, "signal")}) {
+    SCOPED_TRACE(run);
+    std::vector<nlohmann::json> regular, stops;
+    for (const auto& r : metric_records(run_path(run))) (r.contains("stop") ? stops : regular).push_back(r);
+    ASSERT_EQ(stops.size(), 1u);
+    EXPECT_EQ(stops[0]["step"], stop_step);
+    EXPECT_EQ(stops[0]["stop"], why);
+    EXPECT_TRUE(stops[0]["loss"].is_number());  // the steps since the previous record
+    ASSERT_EQ(regular.size(), straight.size());
+    for (size_t i = 0; i < straight.size(); ++i) expect_same_record(straight[i], regular[i]);
+  }
+}
+
+// A full disk under metrics.jsonl (issue 31): the refused record is reported
+// at once, naming the file and the errno; the run stops after that step with
+// exit 4 and a checkpoint that carries the record, and the resumed run
+// writes it, so the records end up as an uninterrupted run's.
+TEST_F(TrainCli, FullDiskStopsTheRunAndTheResumeWritesTheRefusedRecord) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("disk_straight"), &out), 0) << out;
+  setenv("KEEL_FAULT_INJECT", "enospc_after:metrics.jsonl:5", 1);  // step 6's record is refused
+  const int rc = run_keel(args("disk_full"), &out);
+  unsetenv("KEEL_FAULT_INJECT");
+  EXPECT_EQ(rc, 4) << out;  // environment
+  const std::string refused = run_path("disk_full") + "/metrics.jsonl: cannot append a record: ";
+  const size_t reported = out.find(refused);
+  ASSERT_NE(reported, std::string::npos) << out;
+  EXPECT_NE(out.find(std::strerror(ENOSPC), reported), std::string::npos) << out;
+  // At once: before the checkpoint that follows it; and nothing trains on.
+  EXPECT_LT(reported, out.find("checkpoints/step_00000006")) << out;
+  EXPECT_EQ(out.find("step      7/"), std::string::npos) << out;
+  EXPECT_EQ(read_json(run_path("disk_full") + "/summary.json")["stopped_by"], "write_failed");
+  EXPECT_EQ(metric_records(run_path("disk_full")).size(), 5u);
+
+  ASSERT_EQ(run_keel(args("disk_full", "--resume auto"), &out), 0) << out;
+  EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+  const auto a = metric_records(run_path("disk_straight")), b = metric_records(run_path("disk_full"));
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) expect_same_record(a[i], b[i]);
+}
+
+// The summary line before any evaluation (issue 31): "val loss n/a", as
+// summary.json's nulls, not "nan (best inf)".
+TEST_F(TrainCli, SummaryLineWithoutEvaluationSaysNotAvailable) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("no_eval_yet", "--stop-after-step 2"), &out), 0) << out;  // the first eval is step 6's
+  EXPECT_TRUE(read_json(run_path("no_eval_yet") + "/summary.json")["final_val_loss"].is_null());
+  const size_t summary = out.find("summary: stop_after_step after 2 steps");
+  ASSERT_NE(summary, std::string::npos) << out;
+  const std::string line = out.substr(summary, out.find('\n', summary) - summary);
+  EXPECT_NE(line.find("val loss n/a;"), std::string::npos) << line;
+  EXPECT_EQ(line.find("nan"), std::string::npos) << line;
+  EXPECT_EQ(line.find("inf"), std::string::npos) << line;
 }

@@ -2,6 +2,7 @@
 // malformed specs plant nothing.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdlib>
 
 #include "util/fault_inject.h"
@@ -53,4 +54,21 @@ TEST(FaultInject, SpecSplitsAtTheFirstColon) {
   ASSERT_TRUE(spec.has_value());
   EXPECT_EQ(spec->point, "save_crash_after");
   EXPECT_EQ(spec->argument, "model.safetensors");
+}
+
+// A full disk on one file's appends, after a number of them succeeded.
+TEST(FaultInject, EnospcAfterCountsOneFilesAppends) {
+  setenv("KEEL_FAULT_INJECT", "enospc_after:metrics.jsonl:3", 1);
+  EXPECT_EQ(keel::injected_append_errno("metrics.jsonl", 2), 0);
+  EXPECT_EQ(keel::injected_append_errno("metrics.jsonl", 3), ENOSPC);
+  EXPECT_EQ(keel::injected_append_errno("spikes.jsonl", 3), 0);
+  setenv("KEEL_FAULT_INJECT", "enospc_after:metrics.jsonl:0", 1);
+  EXPECT_EQ(keel::injected_append_errno("metrics.jsonl", 0), ENOSPC);
+  for (const char* bad : {"enospc_after:metrics.jsonl", "enospc_after:metrics.jsonl:", "enospc_after:metrics.jsonl:-1",
+                          "enospc_after:metrics.jsonl:2x", "nan_loss_at_step:3"}) {
+    setenv("KEEL_FAULT_INJECT", bad, 1);
+    EXPECT_EQ(keel::injected_append_errno("metrics.jsonl", 5), 0) << bad;
+  }
+  unsetenv("KEEL_FAULT_INJECT");
+  EXPECT_EQ(parse("sigterm_at_step:6").sigterm_at_step, 6);
 }
