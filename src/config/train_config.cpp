@@ -166,7 +166,9 @@ void declare_run_keys(Schema& s, RunConfig& r) {
   s.text("run.name", &r.name, "run directory name under run.out_dir");
   s.text("run.out_dir", &r.out_dir, "where run directories are created");
   s.integer("run.seed", &r.seed, "seed of init, data order and sampling").min = 0;
-  s.boolean("run.overwrite", &r.overwrite, "replace an existing run directory of the same name");
+  s.boolean("run.overwrite", &r.overwrite,
+            "replace an existing keel run of the same name (never a directory that is not one, nor through a "
+            "symbolic link)");
   s.boolean("run.tensorboard", &r.tensorboard,
             "also write every metric as a TensorBoard scalar (events.out.tfevents.* in the run directory)");
 }

@@ -362,6 +362,7 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
   std::map<size_t, int64_t> resume_steps;
   size_t finished = 0;
   std::vector<std::string> state_lines;
+  std::vector<std::string> refused;  // points whose directory starting over would empty, but is not keel's
   for (size_t i : selected) {
     const std::string dir = spec.out_dir + "/" + points[i].name;
     const PointStatus st = point_status(dir);
@@ -375,7 +376,11 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
       what = "resume from step " + std::to_string(st.step);
     } else {
       queue.push_back(i);
-      what = is_directory(dir) ? "start over (no valid checkpoint)" : "to run";
+      what = path_exists(dir) ? "start over (no valid checkpoint)" : "to run";
+      if (const std::string why = why_not_replaceable_run(dir); !why.empty()) {
+        refused.push_back(dir + ": " + why);
+        what = "refused: " + why;
+      }
     }
     state_lines.push_back(strf("  %-32s %s", points[i].name.c_str(), what.c_str()));
   }
@@ -393,6 +398,16 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
       std::printf("sweep.json: %zu points with the same settings reused, %zu new, %zu no longer in the sweep file\n",
                   rec.reused.size(), rec.added.size(), rec.retired.size());
     return 0;
+  }
+
+  // Before anything is created: a point starts over in an emptied
+  // directory, and keel empties only its own runs (train/run_dir.h).
+  if (!refused.empty()) {
+    std::string list;
+    for (const auto& r : refused) list += "\n  " + r;
+    throw RunDirError("refusing to run: these points would start over in an emptied directory, and keel empties "
+                      "only its own runs:" + list +
+                      "\nMove or remove them yourself, or use another directory (--out DIR).");
   }
 
   // One sweep process per directory; its points are locked by their own keel
@@ -442,7 +457,10 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
     if (dir_is_locked(point_dir))
       throw RunDirError("point " + point_dir + " is still being trained by another process (a child of an "
                         "earlier keel sweep?); wait for it to stop, then run the sweep again");
-    if (!resume_steps.count(i) && is_directory(point_dir)) remove_tree(point_dir);
+    if (resume_steps.count(i) || !path_exists(point_dir)) continue;
+    if (const std::string why = why_not_replaceable_run(point_dir); !why.empty())  // changed since the plan
+      throw RunDirError("refusing to empty point " + point_dir + ": " + why);
+    remove_tree(point_dir);
   }
 
   const auto t0 = Clock::now();

@@ -1,5 +1,8 @@
 #include "train/run_dir.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <sstream>
 
 #include "monitor/tensorboard_writer.h"
@@ -8,6 +11,38 @@
 #include "util/fs.h"
 
 namespace keel {
+
+namespace {
+
+bool is_regular_file(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// What a run holds before it writes config.yaml (a run stopped in its first
+// moments), and what a sweep writes into a point's directory before the
+// point's keel train starts (stdout.log): keel's own, so they may go.
+bool is_early_run_file(const std::string& name) {
+  return name == kLockFileName || name == "train.log" || name == "metrics.jsonl" || name == "stdout.log" ||
+         name == ".write-test";
+}
+
+}  // namespace
+
+std::string why_not_replaceable_run(const std::string& dir) {
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) return "";  // missing (or unreadable: creating it will say)
+  if (S_ISLNK(st.st_mode))
+    return "it is a symbolic link (to " + real_path(dir) + "), and keel never deletes through a link";
+  if (!S_ISDIR(st.st_mode)) return "it is not a directory";
+  const std::vector<std::string> entries = list_directory(dir);
+  if (is_regular_file(dir + "/config.yaml") &&
+      (is_regular_file(dir + "/train.log") || is_regular_file(dir + "/metrics.jsonl")))
+    return "";
+  if (std::all_of(entries.begin(), entries.end(), is_early_run_file)) return "";
+  return "it does not look like a keel run (no config.yaml beside a train.log or metrics.jsonl), and keel deletes "
+         "only its own runs";
+}
 
 RunDir::RunDir(const Config& config, bool resuming, bool writer)
     : path_(config.run.out_dir + "/" + config.run.name), writer_(writer), tensorboard_(config.run.tensorboard) {
@@ -20,10 +55,18 @@ RunDir::RunDir(const Config& config, bool resuming, bool writer)
         for (const auto& name : list_directory(path_))
           if (name != kLockFileName) entries.push_back(name);
       const bool exists = !entries.empty();
+      const std::string why_not = exists && !resuming ? why_not_replaceable_run(path_) : "";
       if (exists && !resuming && !config.run.overwrite)
         throw RunDirError("run directory " + path_ +
-                          " already holds a run; continue it with --resume auto, replace it with "
-                          "--set run.overwrite=true, or choose another run.name");
+                          (why_not.empty() ? " already holds a run; continue it with --resume auto, replace it with "
+                                             "--set run.overwrite=true, or choose another run.name"
+                                           : " is not empty, and run.overwrite would not empty it either: " +
+                                                 why_not + "; choose another run.name or run.out_dir"));
+      // Checked before the lock, whose file would be one more thing left in
+      // a directory that is not keel's.
+      if (!why_not.empty())
+        throw RunDirError("run.overwrite: refusing to empty " + path_ + ": " + why_not +
+                          "; move or remove it yourself, or choose another run.name or run.out_dir");
       // One writer at a time, before anything here changes: a second keel
       // (a requeued job, the same command twice) stops with exit 2.
       lock_ = std::make_unique<DirLock>(path_, "run directory");

@@ -23,7 +23,8 @@ class RunDir {
  public:
   // Creates (or, when resuming, reopens) out_dir/name. Refuses an existing
   // run directory unless resuming or run.overwrite is set, and one that
-  // another process holds (util/dir_lock.h) in any case. writer=false on
+  // another process holds (util/dir_lock.h) in any case. run.overwrite
+  // empties only what why_not_replaceable_run() accepts. writer=false on
   // ranks other than 0: nothing is written, everything is a no-op.
   RunDir(const Config& config, bool resuming, bool writer);
   ~RunDir();
@@ -76,5 +77,15 @@ class RunDir {
   void tensorboard_append(const nlohmann::json& record);
 };
 
+// What run.overwrite, or a sweep point that starts over, may delete: "" if
+// `dir` may be emptied for a new run, else why not (for a RunDirError that
+// names `dir`). It may when it is missing, empty but for keel's lock file, or
+// recognisably a keel run: config.yaml beside a train.log or metrics.jsonl
+// (a run writes them before its first step), or nothing but the files a run
+// or a sweep point writes before config.yaml (keel.lock, train.log,
+// metrics.jsonl, stdout.log). Inside a run, links are removed, not followed
+// (remove_tree). A symbolic link at `dir` itself never: emptying it would
+// delete wherever it points.
+std::string why_not_replaceable_run(const std::string& dir);
 
 }  // namespace keel

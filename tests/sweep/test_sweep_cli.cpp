@@ -396,6 +396,39 @@ TEST_F(SweepCli, ALiveSweepOrPointIsNotTouched) {
   }
 }
 
+// A point that starts over is run in an emptied directory, and keel empties
+// only its own runs (issue 31): a point directory holding someone's files,
+// or a link, refuses the sweep (exit 2) before anything is created; what a
+// failed earlier attempt left (stdout.log alone) still starts over.
+TEST_F(SweepCli, APointDirectoryThatIsNotARunIsNotEmptied) {
+  std::string log;
+  const std::string file = sweep_file("foreign");
+  const std::string plain = out("foreign") + "/" + kPoints[0], linked = out("foreign") + "/" + kPoints[1];
+  keel::ensure_directory(plain);
+  write_file(plain + "/a.txt", "not keel's");
+  keel::ensure_directory(g_dir + "/foreign-target");
+  write_file(g_dir + "/foreign-target/b.txt", "not keel's");
+  ASSERT_EQ(::symlink((g_dir + "/foreign-target").c_str(), linked.c_str()), 0);
+
+  ASSERT_EQ(run_keel("sweep " + file + " --dry-run", &log), 0) << log;
+  EXPECT_NE(log.find("refused: it does not look like a keel run"), std::string::npos) << log;
+  EXPECT_EQ(run_keel("sweep " + file, &log), 2) << log;
+  EXPECT_NE(log.find(plain + ": it does not look like a keel run"), std::string::npos) << log;
+  EXPECT_NE(log.find(linked + ": it is a symbolic link"), std::string::npos) << log;
+  EXPECT_EQ(keel::list_directory(out("foreign")), (std::vector<std::string>{kPoints[1], kPoints[0]}));  // nothing new
+  EXPECT_EQ(keel::list_directory(plain), std::vector<std::string>{"a.txt"});
+  EXPECT_EQ(keel::list_directory(g_dir + "/foreign-target"), std::vector<std::string>{"b.txt"});
+
+  // Only the leftovers of a failed attempt: keel's own, so the point runs.
+  keel::remove_tree(plain);
+  keel::remove_tree(linked);
+  keel::ensure_directory(plain);
+  write_file(plain + "/stdout.log", "keel: invalid configuration: ...\n");
+  ASSERT_EQ(run_keel("sweep " + file + " --only " + kPoints[0], &log), 0) << log;
+  EXPECT_EQ(read_json(plain + "/summary.json")["stopped_by"], "completed");
+  EXPECT_EQ(read_file(plain + "/stdout.log").find("invalid configuration"), std::string::npos);
+}
+
 // keel compare on ad-hoc runs (issue 19): two finished runs that differ in one
 // key and a third whose lock is held, as while it still trains, read from its
 // metrics so far; one table, the differing key as the runs' labels, the CSV

@@ -452,6 +452,75 @@ TEST_F(TrainCli, RefusesToOverwriteAnotherRun) {
   EXPECT_TRUE(keel::path_exists(run_path("guard") + "/summary.json"));
 }
 
+// run.overwrite empties only what is recognisably a keel run (issue 31): a
+// directory of someone's files, or a link, is refused with exit 2 naming the
+// path, and left exactly as it was (not even a lock file is added).
+namespace {
+
+const char* kQuickRun = "--set train.max_steps=2 --set train.warmup_steps=1 --set checkpoint.every=0 ";
+const char* kOverwrite = "--set run.overwrite=true ";
+
+void make_link(const std::string& target, const std::string& at) {
+  ASSERT_EQ(::symlink(target.c_str(), at.c_str()), 0) << at << ": " << std::strerror(errno);
+}
+
+}  // namespace
+
+TEST_F(TrainCli, OverwriteRefusesADirectoryThatIsNotARun) {
+  std::string out;
+  const std::string dir = run_path("plainnotrun");
+  keel::ensure_directory(dir);
+  write(dir + "/a.txt", "not keel's");
+  for (const std::string extra : {std::string(kQuickRun) + kOverwrite, std::string(kQuickRun)}) {
+    SCOPED_TRACE(extra);
+    EXPECT_EQ(run_keel(args("plainnotrun", extra), &out), 2) << out;
+    EXPECT_NE(out.find(dir), std::string::npos) << out;
+    EXPECT_NE(out.find("does not look like a keel run"), std::string::npos) << out;
+    EXPECT_EQ(keel::list_directory(dir), std::vector<std::string>{"a.txt"});
+    EXPECT_EQ(keel_test::read_file(dir + "/a.txt"), "not keel's");
+  }
+}
+
+TEST_F(TrainCli, OverwriteNeverDeletesThroughALink) {
+  std::string out;
+  const std::string elsewhere = g_dir + "/elsewhere";
+  keel::ensure_directory(elsewhere + "/notarun");
+  write(elsewhere + "/notarun/b.txt", "not keel's");
+  make_link(elsewhere + "/notarun", run_path("symhome"));
+  EXPECT_EQ(run_keel(args("symhome", std::string(kQuickRun) + kOverwrite), &out), 2) << out;
+  EXPECT_NE(out.find(run_path("symhome") + ": it is a symbolic link"), std::string::npos) << out;
+  EXPECT_EQ(keel::list_directory(elsewhere + "/notarun"), std::vector<std::string>{"b.txt"});
+
+  // A run outside run.out_dir, reached through a link: a run, but still not
+  // emptied through the link.
+  ASSERT_EQ(run_keel("train " + base_config() + " --set run.name=realrun --set run.out_dir=" + elsewhere + " " +
+                         kQuickRun, &out), 0) << out;
+  const std::string target = elsewhere + "/realrun";
+  const auto before = keel::list_directory(target);
+  const std::string metrics = keel_test::read_file(target + "/metrics.jsonl");
+  make_link(target, run_path("symrun"));
+  EXPECT_EQ(run_keel(args("symrun", std::string(kQuickRun) + kOverwrite), &out), 2) << out;
+  EXPECT_NE(out.find("symbolic link"), std::string::npos) << out;
+  EXPECT_EQ(keel::list_directory(target), before);
+  EXPECT_EQ(keel_test::read_file(target + "/metrics.jsonl"), metrics);
+}
+
+TEST_F(TrainCli, OverwriteStillReplacesARunAndRemovesLinksInsideIt) {
+  std::string out;
+  const std::string dir = run_path("overwritten");
+  ASSERT_EQ(run_keel(args("overwritten", kQuickRun), &out), 0) << out;
+  keel::ensure_directory(g_dir + "/kept");
+  write(g_dir + "/kept/c.txt", "not keel's");
+  make_link(g_dir + "/kept", dir + "/linked");  // inside the run: removed, not followed
+  write(dir + "/metrics.jsonl", keel_test::read_file(dir + "/metrics.jsonl") + "{\"step\": 99, \"loss\": 1.0}\n");
+  ASSERT_EQ(run_keel(args("overwritten", std::string(kQuickRun) + kOverwrite), &out), 0) << out;
+  EXPECT_FALSE(keel::path_exists(dir + "/linked"));
+  EXPECT_EQ(keel::list_directory(g_dir + "/kept"), std::vector<std::string>{"c.txt"});
+  const auto metrics = read_metrics(dir);
+  ASSERT_EQ(metrics.size(), 2u);  // the new run's records alone
+  EXPECT_EQ(metrics.back().step, 2);
+}
+
 namespace {
 
 const char* kSpikeSettings =
