@@ -136,11 +136,16 @@ PrepareResult prepare_locked(const Config& c, const PrepareOptions& o, const std
   nlohmann::json settings = prepare_settings(c, files, named_sha);
   const std::string fingerprint = settings_fingerprint(settings);
 
-  if (path_kind(dir) != PathKind::missing) {
+  if (const PathKind kind = path_kind(dir); kind != PathKind::missing) {
+    if (kind != PathKind::directory)
+      throw DataError(dir + " exists but is not a directory; choose another data.dir");
     if (!has_data_manifest(dir)) {
-      if (!o.force)
-        throw DataError(dir + " exists but holds no " + kDataManifestFile +
-                        " (not a prepared data directory); remove it, choose another data.dir, or use --force");
+      // --force rebuilds what keel prepared and nothing else: a directory
+      // without the manifest holds someone's files (an empty one is filled).
+      if (!list_directory(dir).empty())
+        throw DataError(dir + " exists but holds no " + kDataManifestFile + " (not a prepared data directory)" +
+                        (o.force ? ", and --force replaces only a directory keel prepared" : "") +
+                        "; move or remove it yourself, or choose another data.dir");
     } else if (!o.force) {
       DataManifest m = read_data_manifest(dir);
       if (m.fingerprint != fingerprint)

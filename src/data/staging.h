@@ -8,6 +8,10 @@
 //     directory aside to "<dir>.old-PID" first and deleting it after).
 //   - remove_stale_staging(): under the lock, deletes the ".tmp-"/".old-"
 //     leftovers of runs that were killed outright.
+// What may be replaced is prepare's decision (data/prepare.cpp: only a
+// directory holding keel's data manifest, or an empty one); StagingDir itself
+// refuses a target that is a symbolic link, since the rename would replace
+// the link and not fill what it points to.
 #pragma once
 
 #include <functional>
@@ -17,7 +21,8 @@ namespace keel {
 
 class StagingDir {
  public:
-  explicit StagingDir(const std::string& target);  // creates "<target>.tmp-XXXXXX"
+  // Creates "<target>.tmp-XXXXXX"; DataError if `target` is a symbolic link.
+  explicit StagingDir(const std::string& target);
   ~StagingDir();                                   // removes it unless committed
   StagingDir(const StagingDir&) = delete;
   StagingDir& operator=(const StagingDir&) = delete;
@@ -31,6 +36,8 @@ class StagingDir {
   std::string target_, path_;
 };
 
+// Only names StagingDir makes: "<target>.tmp-" and six characters (mkdtemp),
+// "<target>.old-" and a pid.
 void remove_stale_staging(const std::string& target);
 
 }  // namespace keel

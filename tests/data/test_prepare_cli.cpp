@@ -2,6 +2,8 @@
 // success, "nothing to do" the second time, exit code 2 with a message that
 // names the file on bad input.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "test_data_util.h"
 
@@ -42,6 +44,51 @@ TEST(PrepareCli, PreparesThenDoesNothing) {
   EXPECT_EQ(run_keel("prepare " + cfg + " --set data.val_fraction=0.2 --quiet", &out), 2) << out;
   EXPECT_NE(out.find("--force"), std::string::npos) << out;
   EXPECT_EQ(run_keel("prepare " + cfg + " --set data.val_fraction=0.2 --force --quiet", &out), 0) << out;
+}
+
+// --force rebuilds only a directory keel prepared (issue 31): one without
+// the data manifest holds someone's files and is refused (exit 2, named),
+// and data.dir as a symbolic link is read through but never replaced (the
+// rename would swap the link for a new directory). An empty directory is
+// simply filled.
+TEST(PrepareCli, ForceReplacesOnlyAPreparedDirectoryAndNeverALink) {
+  std::string root = make_temp_dir("cli_force");
+  write_text(root + "/a.txt", join_documents(make_documents(120, 8)));
+  const std::string cfg = write_config(root, "[" + root + "/a.txt]");
+  std::string out;
+  auto prepare = [&](const std::string& dir, const std::string& extra) {
+    return run_keel("prepare " + cfg + " --quiet --set data.dir=" + dir + " " + extra, &out);
+  };
+
+  keel::ensure_directory(root + "/plain");
+  write_text(root + "/plain/keep.txt", "not keel's");
+  for (const char* force : {"--force", ""}) {
+    SCOPED_TRACE(force);
+    EXPECT_EQ(prepare(root + "/plain", force), 2) << out;
+    EXPECT_NE(out.find(root + "/plain exists but holds no manifest.json"), std::string::npos) << out;
+    EXPECT_EQ(keel::list_directory(root + "/plain"), std::vector<std::string>{"keep.txt"});
+  }
+
+  // A link to someone's directory, and a link to prepared data elsewhere.
+  ASSERT_EQ(::symlink((root + "/plain").c_str(), (root + "/to-plain").c_str()), 0);
+  EXPECT_EQ(prepare(root + "/to-plain", "--force"), 2) << out;
+  EXPECT_EQ(keel::list_directory(root + "/plain"), std::vector<std::string>{"keep.txt"});
+  ASSERT_EQ(prepare(root + "/prepared", ""), 0) << out;
+  const std::string manifest = read_bytes(root + "/prepared/manifest.json");
+  ASSERT_EQ(::symlink((root + "/prepared").c_str(), (root + "/to-prepared").c_str()), 0);
+  EXPECT_EQ(prepare(root + "/to-prepared", ""), 0) << out;  // reading through the link is fine
+  EXPECT_EQ(prepare(root + "/to-prepared", "--force"), 2) << out;
+  EXPECT_NE(out.find(root + "/to-prepared: is a symbolic link"), std::string::npos) << out;
+  EXPECT_EQ(read_bytes(root + "/prepared/manifest.json"), manifest);
+  for (const char* link : {"/to-plain", "/to-prepared"}) {
+    struct stat st;
+    ASSERT_EQ(::lstat((root + link).c_str(), &st), 0) << link;
+    EXPECT_TRUE(S_ISLNK(st.st_mode)) << link << " was replaced";
+  }
+
+  keel::ensure_directory(root + "/empty");
+  EXPECT_EQ(prepare(root + "/empty", ""), 0) << out;
+  EXPECT_TRUE(exists(root + "/empty/manifest.json"));
 }
 
 TEST(PrepareCli, BadInputExitsWithTwoAndNamesTheFile) {
