@@ -7,8 +7,27 @@
 #include "sweep/run_compare.h"
 #include "sweep/sweep_report.h"
 #include "sweep/sweep_runner.h"
+#include "util/error.h"
+#include "util/utf8.h"
 
 namespace keel {
+
+namespace {
+
+// A value that ends up in a JSON file (sweep.json's command line and paths,
+// compare's runs.json) must be UTF-8, or writing that file fails after the
+// directory was made. Checked before anything is created, naming the option.
+void add_if_not_utf8(ConfigErrors& e, const std::string& option, const std::string& value, const std::string& why) {
+  if (const size_t bad = first_invalid_utf8(value); bad != std::string::npos)
+    e.add(option, "is not valid UTF-8 (byte " + std::to_string(bad) + " of the value): " + why +
+                      ", and JSON holds only UTF-8; use a UTF-8 path or value");
+}
+
+void throw_if_any(const ConfigErrors& e) {
+  if (!e.empty()) throw ConfigError(e);
+}
+
+}  // namespace
 
 Command add_sweep_command(CLI::App& app) {
   struct Args {
@@ -29,6 +48,15 @@ Command add_sweep_command(CLI::App& app) {
   return [cmd, args]() -> int {
     if (!*cmd) return -1;
     args->options.command_line = invocation();  // recorded in the sweep's manifest
+    const SweepOptions& o = args->options;
+    const std::string why = "sweep.json records the command line";
+    ConfigErrors e;
+    add_if_not_utf8(e, "--out", o.out_dir, "it becomes every point's run.out_dir, and sweep.json records it");
+    add_if_not_utf8(e, "sweep", args->path, "sweep.json records the sweep file");
+    for (const auto& v : o.overrides) add_if_not_utf8(e, "--set", v, why);
+    for (const auto& v : o.only) add_if_not_utf8(e, "--only", v, why);
+    if (e.empty()) add_if_not_utf8(e, "the command line", o.command_line, why);
+    throw_if_any(e);
     return run_sweep(args->path, args->options);
   };
 }
@@ -70,6 +98,10 @@ Command add_compare_command(CLI::App& app) {
   return [cmd, args]() -> int {
     if (!*cmd) return -1;
     args->options.plots = !args->no_plots;
+    ConfigErrors e;
+    if (!args->options.out_dir.empty())  // without --out nothing is written
+      for (const auto& d : args->dirs) add_if_not_utf8(e, "run_dirs", d, "runs.json (--out) records each run directory");
+    throw_if_any(e);
     return compare_runs(args->dirs, args->options);
   };
 }

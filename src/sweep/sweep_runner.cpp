@@ -28,6 +28,7 @@
 #include "util/host.h"
 #include "util/log.h"
 #include "util/text.h"
+#include "util/utf8.h"
 
 extern char** environ;
 
@@ -314,6 +315,11 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
   };
   if (options.parallel < 1) usage_error("--parallel", "must be at least 1");
   if (options.threads < 0) usage_error("--threads", "must be 0 (cores / --parallel) or more");
+  // Every point's run.out_dir, which keel train refuses unless it is UTF-8:
+  // refused here, before a directory is made (keel sweep checks --out too).
+  if (const size_t bad = first_invalid_utf8(spec.out_dir); bad != std::string::npos)
+    usage_error(options.out_dir.empty() ? "out_dir (" + spec.file + ")" : "--out",
+                "is not valid UTF-8 (byte " + std::to_string(bad) + "); use a UTF-8 directory name");
   std::vector<SweepPoint> points = expand_grid(spec);
 
   // What the directory already holds.
@@ -400,6 +406,13 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
     return 0;
   }
 
+  // sweep.json holds only UTF-8: a value that is not (the sweep's name, a
+  // string its `set` gives) is refused before anything is created.
+  try {
+    (void)make_manifest(spec, points, old_manifest).dump();
+  } catch (const nlohmann::json::type_error& e) {
+    usage_error(spec.file, std::string("holds a value sweep.json cannot record (JSON is UTF-8 only): ") + e.what());
+  }
   // Before anything is created: a point starts over in an emptied
   // directory, and keel empties only its own runs (train/run_dir.h).
   if (!refused.empty()) {

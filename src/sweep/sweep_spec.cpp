@@ -77,9 +77,15 @@ struct Parser {
   }
 };
 
-std::string sanitize_label(const std::string& text) {
+// A byte a directory name may not hold becomes '-'. A label that starts a
+// point's name (a variant's: no "key=" before it) loses its leading dots the
+// same way: "..a" would be a hidden directory, "." and ".." not a directory
+// of the sweep's at all. Elsewhere a dot stays ("lr=.5"). Two labels that
+// end up alike are refused by the callers (duplicate names).
+std::string sanitize_label(const std::string& text, bool starts_name = false) {
   std::string out;
   for (char c : text) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '+') ? c : '-';
+  for (size_t i = 0; starts_name && i < out.size() && out[i] == '.'; ++i) out[i] = '-';
   return out.empty() ? "-" : out;
 }
 
@@ -222,7 +228,7 @@ static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::v
     for (const auto& v : n) {
       const std::string name = std::string(section) + "." + v.first.as<std::string>();
       AxisValue value;
-      value.label = sanitize_label(v.first.as<std::string>());
+      value.label = sanitize_label(v.first.as<std::string>(), /*starts_name=*/short_name[0] == '\0');
       if (!labels.insert(value.label).second) p.errors.add(name, std::string("duplicate ") + what + " name" + p.where(v.first));
       std::vector<std::string> keys;
       if (v.second.IsNull()) {

@@ -429,6 +429,22 @@ TEST_F(SweepCli, APointDirectoryThatIsNotARunIsNotEmptied) {
   EXPECT_EQ(read_file(plain + "/stdout.log").find("invalid configuration"), std::string::npos);
 }
 
+// sweep.json and runs.json are JSON, which holds UTF-8 only: a path that is
+// not is refused by name and byte offset (exit 2) before anything is made.
+TEST_F(SweepCli, NonUtf8PathsAreRefusedBeforeAnythingIsCreated) {
+  std::string log;
+  const std::string bad = g_dir + "/bad\xff" + "dir";
+  EXPECT_EQ(run_keel("sweep " + sweep_file("utf8") + " --out '" + bad + "'", &log), 2) << log;
+  EXPECT_NE(log.find("--out: is not valid UTF-8 (byte " + std::to_string(g_dir.size() + 4) + " "), std::string::npos)
+      << log;
+  EXPECT_FALSE(keel::path_exists(bad));
+  EXPECT_FALSE(keel::path_exists(out("utf8")));
+
+  EXPECT_EQ(run_keel("compare '" + bad + "' --out " + g_dir + "/utf8-compare", &log), 2) << log;
+  EXPECT_NE(log.find("run_dirs: is not valid UTF-8"), std::string::npos) << log;
+  EXPECT_FALSE(keel::path_exists(g_dir + "/utf8-compare"));
+}
+
 // keel compare on ad-hoc runs (issue 19): two finished runs that differ in one
 // key and a third whose lock is held, as while it still trains, read from its
 // metrics so far; one table, the differing key as the runs' labels, the CSV

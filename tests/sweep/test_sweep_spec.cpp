@@ -213,14 +213,21 @@ TEST_F(SweepSpecTest, ManifestReusesSameSettingsAndNamesEveryChange) {
 // Every shipped sweep file loads (its base config and every point validate)
 // and expands to the points its comment promises at least roughly: more than one.
 // A variant named ".." would make its point directory the sweep's parent,
-// which re-running the point empties (it did, before this check).
-TEST_F(SweepSpecTest, PointsMustBePlainDirectoryNames) {
-  for (const char* name : {"..", "."}) {
-    const std::string err = error_of(std::string("base: base.yaml\nvariants:\n  \"") + name +
-                                     "\": {}\n  plain: {model.qk_norm.type: rms}\n");
-    EXPECT_NE(err.find("not a plain directory name"), std::string::npos) << name << ": " << err;
-  }
-  EXPECT_EQ(error_of("base: base.yaml\nvariants:\n  ..a: {}\n  plain: {model.qk_norm.type: rms}\n"), "");
+// which re-running the point empties, and one named "..a" a hidden
+// directory: the leading dots of a label that starts a point's name become
+// '-' (issue 31). A dot after "key=" stays; names stay unique.
+TEST_F(SweepSpecTest, PointNamesAreNeverHiddenNorDotDirectories) {
+  const auto points = keel::expand_grid(keel::load_sweep_spec(write_sweep(
+      "base: base.yaml\nvariants:\n  \"..\": {}\n  \".\": {model.qk_norm.type: rms}\n"
+      "  ..a: {model.qk_norm.type: none}\n  .b.: {model.qk_norm.type: l2}\n"
+      "grid:\n  train.lr: [.002, 3e-3]\n")));
+  EXPECT_EQ(names(points), (std::vector<std::string>{"--_lr=.002", "--_lr=3e-3", "-_lr=.002", "-_lr=3e-3",
+                                                     "--a_lr=.002", "--a_lr=3e-3", "-b._lr=.002", "-b._lr=3e-3"}));
+  for (const auto& p : points) EXPECT_NE(p.name[0], '.') << p.name;
+  EXPECT_EQ(points[4].labels.at("variant"), "--a");
+  // A label that now reads like another's is refused, not merged.
+  const std::string err = error_of("base: base.yaml\nvariants:\n  ..a: {}\n  --a: {model.qk_norm.type: rms}\n");
+  EXPECT_NE(err.find("duplicate variant name"), std::string::npos) << err;
 }
 
 TEST(SweepSpec, EveryShippedSweepFileLoads) {
