@@ -1,6 +1,11 @@
 #include "config/data_config.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
 #include "config/config.h"
+#include "data/mixture.h"
 
 namespace keel {
 
@@ -73,10 +78,54 @@ std::vector<SkipRange> parse_skip_batches(const std::vector<std::string>& entrie
   return out;
 }
 
+namespace {
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// A mixture's weights as Mixture (data/mixture.h) will take them, so that
+// `keel validate` refuses what `keel train` would: each at most
+// kMaxMixtureWeight (their sum stays finite), each share at least
+// kMinMixtureShare.
+void check_source_weights(const DataConfig& d, ConfigErrors& e) {
+  if (d.source_weights.empty() || d.source_weights.size() != d.sources.size()) return;
+  auto key = [](size_t i) { return "data.sources[" + std::to_string(i) + "].weight"; };
+  double total = 0;
+  bool bounded = true;
+  for (size_t i = 0; i < d.source_weights.size(); ++i) {
+    const double w = d.source_weights[i];
+    if (!(w > 0) || !std::isfinite(w) || w > kMaxMixtureWeight) {
+      e.add(key(i), number_text(w) + " is not a number in (0, " + number_text(kMaxMixtureWeight) +
+                        "]; weights are relative (3 and 1 give 75% and 25%), so scale them all down");
+      bounded = false;
+      continue;
+    }
+    total += w;
+  }
+  if (!bounded) return;
+  for (size_t i = 0; i < d.source_weights.size(); ++i) {
+    const double share = d.source_weights[i] / total;
+    if (share < kMinMixtureShare)
+      e.add(key(i), number_text(d.source_weights[i]) + " is a share of " + number_text(share) +
+                        " of the mixture, below the smallest keel mixes (" + number_text(kMinMixtureShare) +
+                        "); raise it or drop the source");
+  }
+}
+
+}  // namespace
+
 void check_data(const Config& c, ConfigErrors& e) {
   const auto& d = c.data;
   if (d.dir.empty()) e.add("data.dir", "must not be empty");
-  if (d.sources.empty()) e.add("data.sources", "must list at least one file or directory");
+  // An entry refused while it was read (a weight of 0, a missing path)
+  // leaves the list short or empty: that is the one error, not a second.
+  const bool entry_refused = std::any_of(e.items.begin(), e.items.end(),
+                                         [](const std::string& item) { return item.rfind("data.sources", 0) == 0; });
+  if (d.sources.empty() && !entry_refused) e.add("data.sources", "must list at least one file or directory");
+  check_source_weights(d, e);
   for (const auto& s : d.sources)
     if (s.empty()) e.add("data.sources", "contains an empty path");
   if (d.doc_separator.find('\n') != std::string::npos || d.doc_separator.find('\r') != std::string::npos)

@@ -14,6 +14,12 @@ namespace {
 // Cumulative weights as integers over 2^40, so that every machine rounds the
 // same way (C_s(n) = floor(W n) must agree across ranks and resumes).
 constexpr int64_t kDen = int64_t{1} << 40;
+
+std::string weight_text(double w) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", w);
+  return buf;
+}
 }  // namespace
 
 Mixture::Mixture(std::vector<MixtureSource> sources, int64_t seq_len, uint64_t seed)
@@ -24,6 +30,9 @@ Mixture::Mixture(std::vector<MixtureSource> sources, int64_t seq_len, uint64_t s
     const auto& s = sources_[i];
     if (!(s.weight > 0) || !std::isfinite(s.weight))
       throw DataError("data.sources[" + std::to_string(i) + "].weight must be a positive number");
+    if (s.weight > kMaxMixtureWeight)
+      throw DataError("data.sources[" + std::to_string(i) + "].weight " + weight_text(s.weight) + " is above " +
+                      weight_text(kMaxMixtureWeight) + "; weights are relative, so scale them all down");
     total += s.weight;
   }
   int64_t cum = 0;

@@ -37,6 +37,10 @@ namespace keel {
 constexpr int64_t kMixtureBlock = 4096;
 // A weight below this share could give a source a negative count in a block.
 constexpr double kMinMixtureShare = 2.0 / kMixtureBlock;
+// Weights are relative (3 and 1 mean 75% and 25%); bounded so that their sum
+// stays finite however many sources there are (1e308 + 1e308 is infinite,
+// and every share would be 0).
+constexpr double kMaxMixtureWeight = 1e15;
 
 struct MixtureSource {
   std::string name;      // the data.sources entry
@@ -48,8 +52,8 @@ struct MixtureSource {
 class Mixture {
  public:
   // Throws DataError naming data.sources[i] for a source with fewer than
-  // seq_len + 1 train tokens, a non-positive weight, or a share below
-  // kMinMixtureShare.
+  // seq_len + 1 train tokens, a weight that is not a number in
+  // (0, kMaxMixtureWeight], or a share below kMinMixtureShare.
   Mixture(std::vector<MixtureSource> sources, int64_t seq_len, uint64_t seed);
 
   // The source of global sample g, and that source's sample number.

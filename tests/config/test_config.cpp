@@ -290,3 +290,36 @@ TEST(Config, DuplicateKeysAreAnError) {
   const std::string sections = rejection("model:\n  d_model: 64\nmodel:\n  n_layers: 2\n");
   EXPECT_NE(sections.find("duplicate key"), std::string::npos) << sections;
 }
+
+// Issue 31: mixture weights are checked where the config is, so `keel
+// validate` refuses what `keel train` would: weights of 1e308 passed and then
+// overflowed (their sum is infinite, every share 0); a share too small to mix
+// passed and failed in train. A refused weight is the only error, not also
+// "must list at least one file".
+TEST(Config, MixtureWeightsAreBoundedAndARefusedWeightIsTheOnlyError) {
+  auto errors_of = [](const std::string& sources) {
+    try {
+      config_from_yaml_text("data:\n  sources: " + sources + "\n");
+    } catch (const ConfigError& e) {
+      return e.errors().items;
+    }
+    return std::vector<std::string>{};
+  };
+  for (const char* w : {"0", "-1", ".nan"}) {
+    SCOPED_TRACE(w);
+    const auto items = errors_of(std::string("[{path: a.txt, weight: ") + w + "}, {path: b.txt, weight: 1}]");
+    ASSERT_EQ(items.size(), 1u) << ::testing::PrintToString(items);
+    EXPECT_EQ(items[0].rfind("data.sources[0].weight: must be a positive number", 0), 0u) << items[0];
+  }
+  auto items = errors_of("[{path: a.txt, weight: 1e308}, {path: b.txt, weight: 1e308}]");
+  ASSERT_EQ(items.size(), 2u) << ::testing::PrintToString(items);
+  EXPECT_EQ(items[0].rfind("data.sources[0].weight: 1e+308 is not a number in (0, 1e+15]", 0), 0u) << items[0];
+  EXPECT_EQ(items[1].rfind("data.sources[1].weight: 1e+308", 0), 0u) << items[1];
+  items = errors_of("[{path: a.txt, weight: 1}, {path: b.txt, weight: 1e-9}]");
+  ASSERT_EQ(items.size(), 1u) << ::testing::PrintToString(items);
+  EXPECT_NE(items[0].find("data.sources[1].weight: 1e-09 is a share of 1e-09 of the mixture, below the smallest"),
+            std::string::npos)
+      << items[0];
+  // Large weights that are fine: relative, 3:1.
+  EXPECT_TRUE(errors_of("[{path: a.txt, weight: 3e14}, {path: b.txt, weight: 1e14}]").empty());
+}
