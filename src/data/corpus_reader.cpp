@@ -27,14 +27,15 @@ constexpr size_t kBlock = size_t{1} << 20;
 class Input {
  public:
   explicit Input(const SourceFile& f) : path_(f.path), compression_(f.compression) {
-    if (compression_ == Compression::gzip) {
-      gz_ = gzopen(path_.c_str(), "rb");
-      if (!gz_) throw data_error(path_, std::string("cannot open: ") + std::strerror(errno));
-      gzbuffer(gz_, 1 << 17);
-      return;
-    }
     file_ = std::fopen(path_.c_str(), "rb");
     if (!file_) throw data_error(path_, std::string("cannot open: ") + std::strerror(errno));
+    if (compression_ == Compression::gzip) {
+      // 15 + 16: a zlib window of 32 KiB, gzip framing only (no zlib or raw
+      // deflate streams), with the CRC-32 and length of each member checked.
+      if (inflateInit2(&gz_, 15 + 16) != Z_OK) throw data_error(path_, "cannot allocate a gzip decoder");
+      gz_open_ = true;
+      packed_.resize(kGzipInput);
+    }
     if (compression_ == Compression::zstd) {
       zstd_ = ZSTD_createDCtx();
       if (!zstd_) throw data_error(path_, "cannot allocate a zstd decoder");
@@ -45,7 +46,7 @@ class Input {
     }
   }
   ~Input() {
-    if (gz_) gzclose(gz_);
+    if (gz_open_) inflateEnd(&gz_);
     if (file_) std::fclose(file_);
     if (zstd_) ZSTD_freeDCtx(zstd_);
   }
@@ -71,17 +72,66 @@ class Input {
     return got;
   }
 
+  // Members one after another (pigz, `cat a.gz b.gz`), as gzip -d reads
+  // them. zlib's gzread stops silently at bytes after a member that do not
+  // start another, which hid a damaged file: here they are an error naming
+  // their offset.
   size_t read_gzip(char* dst, size_t n) {
-    int got = gzread(gz_, dst, static_cast<unsigned>(std::min<size_t>(n, 1u << 30)));
-    int err = Z_OK;
-    const char* msg = gzerror(gz_, &err);
-    if (got < 0 || (err != Z_OK && err != Z_STREAM_END))
-      throw data_error(path_, "gzip error after " + std::to_string(done_) +
-                                  " uncompressed bytes: " + (msg ? msg : "unknown") +
-                                  " (truncated or corrupted file?)");
-    if (done_ == 0 && got > 0 && gzdirect(gz_))
-      throw data_error(path_, "named .gz but is not gzip-compressed");
-    return static_cast<size_t>(got);
+    gz_.next_out = reinterpret_cast<Bytef*>(dst);
+    gz_.avail_out = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    const uInt wanted = gz_.avail_out;
+    while (gz_.avail_out == wanted) {
+      if (!member_open_) {
+        // Between members: the end of the file, or the next member's magic.
+        const bool two = gzip_input(2);
+        if (!two && gz_.avail_in == 0) return 0;  // nothing produced in this call: the end
+        if (!two || gz_.next_in[0] != 0x1f || gz_.next_in[1] != 0x8b) {
+          if (packed_done_ == 0)
+            throw data_error(path_, "named .gz but is not gzip-compressed (no gzip magic 1f 8b at byte 0)");
+          throw gzip_trailing_garbage();
+        }
+        if (packed_done_ > 0 && inflateReset(&gz_) != Z_OK) throw data_error(path_, "cannot reset the gzip decoder");
+        member_open_ = true;
+        member_start_ = packed_done_;
+      }
+      if (gz_.avail_in == 0 && !gzip_input(1))
+        throw data_error(path_, "gzip error: the file ends (" + std::to_string(packed_done_) +
+                                    " bytes) inside the member at compressed byte offset " +
+                                    std::to_string(member_start_) + " (after " +
+                                    std::to_string(done_ + wanted - gz_.avail_out) +
+                                    " uncompressed bytes): truncated file?");
+      const uInt before = gz_.avail_in;
+      const int ret = inflate(&gz_, Z_NO_FLUSH);
+      packed_done_ += before - gz_.avail_in;
+      if (ret == Z_STREAM_END) {
+        member_open_ = false;
+      } else if (ret != Z_OK && ret != Z_BUF_ERROR) {
+        throw data_error(path_, "gzip error near compressed byte offset " + std::to_string(packed_done_) + " (after " +
+                                    std::to_string(done_ + wanted - gz_.avail_out) + " uncompressed bytes): " +
+                                    (gz_.msg ? gz_.msg : "error " + std::to_string(ret)) + " (corrupted file?)");
+      }
+    }
+    return wanted - gz_.avail_out;
+  }
+
+  // At least `k` compressed bytes at gz_.next_in, reading more from the file
+  // when fewer are left; false when the file ends first.
+  bool gzip_input(size_t k) {
+    while (gz_.avail_in < k) {
+      if (gz_.avail_in > 0) std::memmove(packed_.data(), gz_.next_in, gz_.avail_in);  // a magic split over two reads
+      gz_.next_in = reinterpret_cast<Bytef*>(packed_.data());
+      const size_t got = read_raw(packed_.data() + gz_.avail_in, packed_.size() - gz_.avail_in);
+      gz_.avail_in += static_cast<uInt>(got);
+      if (got == 0) return false;
+    }
+    return true;
+  }
+
+  DataError gzip_trailing_garbage() const {
+    return data_error(path_, "bytes after the last complete gzip member, at compressed byte offset " +
+                                 std::to_string(packed_done_) + " (after " + std::to_string(done_) +
+                                 " uncompressed bytes), are not another gzip member: a damaged or appended-to file? "
+                                 "(gzip -t " + path_ + " reports it too)");
   }
 
   // Streams the frames one after another (pzstd and zstd -T write several).
@@ -123,16 +173,22 @@ class Input {
     return magic == ZSTD_MAGICNUMBER || (magic & ZSTD_MAGIC_SKIPPABLE_MASK) == ZSTD_MAGIC_SKIPPABLE_START;
   }
 
+  static constexpr size_t kGzipInput = size_t{1} << 17;
+
   std::string path_;
   Compression compression_;
-  gzFile gz_ = nullptr;
   FILE* file_ = nullptr;
+  // gzip
+  z_stream gz_{};
+  bool gz_open_ = false;
+  bool member_open_ = false;  // inside a member: the file may not end here
+  int64_t member_start_ = 0;  // compressed offset of the member being read
   size_t done_ = 0;  // uncompressed bytes handed out
   // zstd
   ZSTD_DCtx* zstd_ = nullptr;
-  std::vector<char> packed_;  // compressed bytes read from the file
+  std::vector<char> packed_;  // compressed bytes read from the file (gzip and zstd)
   ZSTD_inBuffer in_{nullptr, 0, 0};
-  int64_t packed_done_ = 0;   // compressed bytes consumed
+  int64_t packed_done_ = 0;   // compressed bytes consumed (gzip and zstd)
   bool frame_open_ = false, flush_pending_ = false;
 };
 

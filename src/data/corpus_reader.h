@@ -33,7 +33,9 @@ struct Record {
 
 // Calls `emit` with each non-empty record of `file` in order; `emit` returns
 // false to stop early. Throws DataError on I/O, gzip or zstd errors, naming the
-// file (and for zstd the compressed byte offset).
+// file and the compressed byte offset. A gzip file may hold several members
+// one after another; bytes after the last one that do not start another
+// member are an error (zlib's gzread ignored them).
 void read_records(const SourceFile& file, int32_t index, const std::string& separator,
                   const std::function<bool(Record&&)>& emit);
 

@@ -19,6 +19,8 @@ namespace keel {
 
 namespace {
 
+constexpr int64_t kMaxDeflateRatio = 1032;  // the most a deflate stream expands (zlib's technical notes)
+
 Compression compression_of(const std::string& name) {
   if (ends_with(name, ".gz")) return Compression::gzip;
   if (ends_with(name, ".zst")) return Compression::zstd;
@@ -152,6 +154,10 @@ int64_t estimated_text_bytes(const SourceFile& file) {
     return 3 * file.bytes;
   int64_t isize = int64_t(t[0]) | int64_t(t[1]) << 8 | int64_t(t[2]) << 16 | int64_t(t[3]) << 24;
   // ISIZE is the size mod 2^32; below the compressed size it has wrapped.
+  // Above what deflate can reach (1032:1) it is no trailer at all (bytes
+  // appended to the file, which the reader refuses): an estimate that large
+  // would make the tokenizer's sample rate near zero.
+  if (isize > kMaxDeflateRatio * file.bytes) return 3 * file.bytes;
   return isize >= file.bytes ? isize : 3 * file.bytes;
 }
 

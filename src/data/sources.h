@@ -45,7 +45,8 @@ std::vector<SourceFile> expand_sources(const std::vector<std::string>& sources,
                                        const std::string& text_field = "text");
 
 // Estimated uncompressed size: the size on disk; for gzip the ISIZE field of
-// the trailer (exact for single-member files under 4 GiB); for zstd the first
+// the trailer (exact for single-member files under 4 GiB; 3x the size when
+// ISIZE is below the file's size or above deflate's 1032:1); for zstd the first
 // frame's content size (exact for single-frame files), else 4x the size.
 int64_t estimated_text_bytes(const SourceFile& file);
 

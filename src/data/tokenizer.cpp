@@ -7,8 +7,62 @@
 #include "data/bpe_tokenizer.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/json.h"
+#include "util/utf8.h"
 
 namespace keel {
+
+namespace {
+
+const char* const kFormats =
+    "keel reads a SentencePiece model (tokenizer.model: a binary ModelProto, as keel prepare and the sentencepiece "
+    "package write) or a Hugging Face byte-level BPE tokenizer.json (a JSON object, as GPT-2, Llama 3, Qwen 2/3 and "
+    "OLMo 2 ship)";
+
+size_t bom_size(const std::string& bytes) { return bytes.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0; }
+
+// What a file that SentencePiece cannot parse looks like, when that is
+// plainly not a model ("" when it may be a damaged one).
+std::string not_a_model(const std::string& bytes, const std::string& name) {
+  if (bytes.empty()) return "the file is empty";
+  size_t i = bom_size(bytes);
+  while (i < bytes.size() && (bytes[i] == ' ' || bytes[i] == '\n' || bytes[i] == '\r' || bytes[i] == '\t')) ++i;
+  if (i < bytes.size() && bytes[i] == '[') return "it is a JSON list, not the JSON object a tokenizer.json holds";
+  const bool json_name = name.size() >= 5 && name.compare(name.size() - 5, 5, ".json") == 0;
+  if (json_name) return "it is named .json but is not a JSON object";
+  if (first_invalid_utf8(bytes) == std::string_view::npos && bytes.find('\0') == std::string::npos) {
+    std::string start = bytes.substr(i, 40);
+    for (char& c : start)
+      if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+    return "it is text (\"" + start + (bytes.size() - i > 40 ? "...\")" : "\")");
+  }
+  return "";
+}
+
+// A tokenizer.json that a SentencePiece model was converted to (byte
+// fallback, "▁" for spaces: what keel export-hf and transformers write) is
+// not byte-level BPE, which is all keel encodes from JSON; its .model is.
+std::string sentencepiece_json_hint(const std::string& json_text, const std::string& name) {
+  nlohmann::json j;
+  try {
+    j = parse_json_bounded(json_text, name);
+  } catch (const JsonError&) {
+    return "";
+  }
+  if (!j.is_object()) return "";
+  const bool fallback = j.contains("model") && j["model"].is_object() && j["model"].contains("byte_fallback") &&
+                        j["model"]["byte_fallback"] == true;
+  std::string pipeline;  // where the "▁" for spaces shows
+  for (const char* part : {"normalizer", "pre_tokenizer", "decoder"})
+    if (j.contains(part)) pipeline += json_excerpt(j[part], 1u << 16);
+  const bool metaspace =
+      pipeline.find("Metaspace") != std::string::npos || pipeline.find("\xE2\x96\x81") != std::string::npos;
+  if (!fallback && !metaspace) return "";
+  return "; it is a SentencePiece model converted to tokenizer.json (byte fallback, \"\xE2\x96\x81\" for spaces, as "
+         "keel export-hf and transformers write it): give keel the tokenizer.model it was made from";
+}
+
+}  // namespace
 
 Tokenizer::Tokenizer(const std::string& model_path) : name_(model_path) {
   load_serialized(read_tokenizer_file(model_path));
@@ -30,7 +84,8 @@ Tokenizer Tokenizer::from_serialized(const std::string& proto, const std::string
 }
 
 bool Tokenizer::is_json(const std::string& bytes) {
-  for (char c : bytes) {
+  for (size_t i = bom_size(bytes); i < bytes.size(); ++i) {  // an editor's UTF-8 byte order mark is no content
+    const char c = bytes[i];
     if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
     return c == '{';  // a ModelProto starts with field 1's tag, 0x0A
   }
@@ -42,14 +97,26 @@ std::string Tokenizer::kind() const { return sp_ ? "sentencepiece" : "byte-level
 
 void Tokenizer::load_serialized(const std::string& proto) {
   if (is_json(proto)) {
-    bpe_ = std::make_unique<BpeTokenizer>(proto, name_);
+    try {
+      bpe_ = std::make_unique<BpeTokenizer>(proto, name_);
+    } catch (const DataError& e) {
+      throw DataError(e.what() + sentencepiece_json_hint(proto, name_));
+    }
     json_ = proto;
     return;
   }
   sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   auto status = sp_->LoadFromSerializedProto(proto);
-  if (!status.ok())
-    throw data_error(name_, "not a valid SentencePiece model: " + status.ToString());
+  if (!status.ok()) {
+    // SentencePiece's parse error says nothing to whoever passed a file of
+    // another kind: say what the file is, and what keel reads.
+    const std::string what = not_a_model(proto, name_);
+    const bool model_name = name_.size() >= 6 && name_.compare(name_.size() - 6, 6, ".model") == 0;
+    throw data_error(name_, (what.empty()  ? "not a valid SentencePiece model: " + status.ToString() + "; "
+                             : model_name ? "not a valid SentencePiece model: " + what + "; "
+                                          : "not a tokenizer keel reads: " + what + "; ") +
+                                kFormats);
+  }
   if (sp_->GetPieceSize() <= 0) throw data_error(name_, "SentencePiece model has no pieces");
 }
 

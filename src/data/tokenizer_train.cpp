@@ -10,6 +10,7 @@
 #include "data/split.h"
 #include "util/error.h"
 #include "util/hashing.h"
+#include "util/stop_signal.h"
 
 namespace keel {
 
@@ -53,18 +54,23 @@ class VectorIterator : public sentencepiece::SentenceIterator {
   size_t i_ = 0;
 };
 
-}  // namespace
-
-TokenizerSample sample_for_tokenizer(const std::vector<SourceFile>& files, const TokenizerTrainOptions& o) {
-  int64_t estimate = 0;
-  for (const auto& f : files) estimate += estimated_text_bytes(f);
-  double train_share = std::max(1e-9, 1.0 - o.val_fraction);
-  double rate = std::min(1.0, static_cast<double>(o.sample_bytes) / std::max(1.0, estimate * train_share));
+// One pass over the files, looking at the share `rate` of the documents,
+// until the budget is met.
+TokenizerSample sample_at_rate(const std::vector<SourceFile>& files, const TokenizerTrainOptions& o, double rate) {
   TokenizerSample out;
+  out.rate = rate;
   for (size_t i = 0; i < files.size() && out.bytes < o.sample_bytes; ++i) {
     read_records(files[i], static_cast<int32_t>(i), o.separator, [&](Record&& r) {
-      if (rate < 1.0 && unit_interval(mix64(fnv1a64(r.bytes, kSampleHashSeed))) >= rate) return true;
-      if (!decode_record(r, files[i]) || is_validation_document(r.bytes, o.val_fraction)) return true;
+      ++out.records_read;
+      if (rate < 1.0 && unit_interval(mix64(fnv1a64(r.bytes, kSampleHashSeed))) >= rate) return !stop_requested();
+      if (!decode_record(r, files[i])) {
+        ++out.empty;
+        return true;
+      }
+      if (is_validation_document(r.bytes, o.val_fraction)) {
+        ++out.held_out;
+        return true;
+      }
       ++out.documents;
       std::string_view doc(r.bytes);
       while (!doc.empty()) {
@@ -74,15 +80,36 @@ TokenizerSample sample_for_tokenizer(const std::vector<SourceFile>& files, const
         add_sentences(line, out);
         doc.remove_prefix(nl == std::string_view::npos ? doc.size() : nl + 1);
       }
-      return out.bytes < o.sample_bytes;
+      return out.bytes < o.sample_bytes && !stop_requested();
     });
   }
   return out;
 }
 
+// Why a sample holds no text, from the counts of the pass that made it.
+std::string why_no_text(const TokenizerSample& s) {
+  if (s.records_read == 0) return "no document was read (the files hold none)";
+  return std::to_string(s.records_read) + " document(s) read: " + std::to_string(s.empty) + " empty, " +
+         std::to_string(s.held_out) + " held out for validation (data.val_fraction), " +
+         std::to_string(s.documents) + " with nothing but line breaks";
+}
+
+}  // namespace
+
+TokenizerSample sample_for_tokenizer(const std::vector<SourceFile>& files, const TokenizerTrainOptions& o) {
+  int64_t estimate = 0;
+  for (const auto& f : files) estimate += estimated_text_bytes(f);
+  double train_share = std::max(1e-9, 1.0 - o.val_fraction);
+  double rate = std::min(1.0, static_cast<double>(o.sample_bytes) / std::max(1.0, estimate * train_share));
+  TokenizerSample out = sample_at_rate(files, o, rate);
+  if (out.sentences.empty() && rate < 1.0 && !stop_requested()) out = sample_at_rate(files, o, 1.0);
+  throw_if_stop_requested("reading text for the tokenizer", "nothing was written");
+  return out;
+}
+
 std::string train_tokenizer(const TokenizerSample& sample, const TokenizerTrainOptions& o, const std::string& what) {
   if (sample.sentences.empty())
-    throw DataError(what + ": no text to train the tokenizer on (every document is empty or held out)");
+    throw DataError(what + ": no text to train the tokenizer on: " + why_no_text(sample));
   if (o.vocab_size <= kReservedPieces)
     throw DataError(what + ": model.vocab_size = " + std::to_string(o.vocab_size) +
                     " leaves no room for text pieces; a byte-fallback tokenizer reserves " +

@@ -3,7 +3,11 @@
 //
 // Sample: training-split documents (never held-out ones) chosen by a hash of
 // their raw bytes at the rate that yields about data.tokenizer_sample_mb of
-// text, read in source order until the budget is met. Sentences are the
+// text, read in source order until the budget is met. The rate rests on an
+// estimate of the text's size (estimated_text_bytes); when it passes over
+// every training document (one document larger than the budget, or a size
+// estimate far too high), the documents are taken in order instead, so text
+// that exists always reaches the trainer. Sentences are the
 // documents' non-empty lines (over-long lines are cut at UTF-8 boundaries).
 //
 // Training is deterministic: same sample and options, same .model bytes. The
@@ -31,7 +35,12 @@ struct TokenizerTrainOptions {
 struct TokenizerSample {
   std::vector<std::string> sentences;
   int64_t bytes = 0;
-  int64_t documents = 0;
+  int64_t documents = 0;   // documents in the sample
+  // What the pass that made it saw, for a message that says why a sample is empty.
+  int64_t records_read = 0;  // documents (records) read from the files
+  int64_t empty = 0;         // of those looked at: empty after decoding
+  int64_t held_out = 0;      // of those looked at: validation documents
+  double rate = 1.0;         // the share of documents looked at (hash-sampled)
 };
 
 // Throws DataError on unreadable or malformed input.

@@ -311,3 +311,38 @@ TEST(CorpusReader, ParquetOffSaysSo) {
   }
 }
 #endif
+
+// Issue 31: a gzip file is read member after member, as gzip -d reads it;
+// bytes after the last member that do not start another are an error naming
+// the file and their offset. zlib's gzread skipped them without a word, and
+// the trailer they displaced made the tokenizer's size estimate absurd.
+TEST(CorpusReader, GzipMembersFollowEachOtherAndTrailingBytesAreAnError) {
+  std::string dir = make_temp_dir("rd_gz");
+  const auto docs = make_documents(60, 9);
+  const std::vector<std::string> first(docs.begin(), docs.begin() + 30), second(docs.begin() + 30, docs.end());
+  write_text(dir + "/plain.txt", join_documents(docs));
+  write_gzip(dir + "/a.gz", join_documents(first) + "<|endoftext|>\n");
+  write_gzip(dir + "/b.gz", join_documents(second));
+  const std::string member = read_bytes(dir + "/a.gz"), all = member + read_bytes(dir + "/b.gz");
+  write_text(dir + "/two.txt.gz", all);
+  const auto plain = records(dir + "/plain.txt"), two = records(dir + "/two.txt.gz");
+  ASSERT_EQ(two.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(two[i].bytes, plain[i].bytes) << i;
+
+  const std::string offset = "compressed byte offset " + std::to_string(all.size());
+  for (const std::string& tail : {std::string("garbage after the member\n"), std::string("\x1f"),
+                                  std::string(512, '\0'), std::string("\x1f\x8b")}) {
+    SCOPED_TRACE(tail.size());
+    const std::string path = dir + "/tail.txt.gz";
+    write_text(path, all + tail);
+    const std::string msg = decode_error(path, "<|endoftext|>");
+    expect_contains(msg, path);
+    // "\x1f\x8b" starts a member that never ends: a truncated member, not garbage.
+    expect_contains(msg, tail == "\x1f\x8b" ? "inside the member at" : "not another gzip member");
+    expect_contains(msg, offset);
+  }
+  // The trailer of such a file is no size: the estimate stays near the file's.
+  write_text(dir + "/tail.txt.gz", all + std::string(8, '\xff'));
+  const auto files = expand_sources({dir + "/tail.txt.gz"});
+  EXPECT_LE(estimated_text_bytes(files[0]), 3 * files[0].bytes);
+}

@@ -173,3 +173,29 @@ TEST(PrepareCli, WeightedSourcesReportSharesAndTrainStatesThePlan) {
   EXPECT_NE(summary.find("\"data_mixture\""), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"sequences\": 80"), std::string::npos) << summary;
 }
+
+// Issue 31: a gzip member followed by garbage was read without a word, and
+// the garbage, read as the gzip trailer, made the tokenizer's sample rate
+// near zero: "no text to train the tokenizer on" with 600 documents read.
+// Now the garbage is the error, naming the file and its offset (exit 2);
+// `keel tokenize` on a file that is no tokenizer says what keel reads.
+TEST(PrepareCli, GzipWithTrailingGarbageAndNonTokenizersAreNamed) {
+  std::string root = make_temp_dir("cli_gz");
+  write_gzip(root + "/a.txt.gz", join_documents(make_documents(600, 4)));
+  const std::string member = read_bytes(root + "/a.txt.gz");
+  write_text(root + "/a.txt.gz", member + std::string(64, '\x7f'));
+  const std::string cfg = write_config(root, "[" + root + "/a.txt.gz]");
+  std::string out;
+  EXPECT_EQ(run_keel("prepare " + cfg + " --quiet --set data.doc_separator='<|endoftext|>'", &out), 2) << out;
+  EXPECT_NE(out.find(root + "/a.txt.gz: bytes after the last complete gzip member, at compressed byte offset " +
+                     std::to_string(member.size())),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("no text to train"), std::string::npos) << out;
+
+  write_text(root + "/tokenizer.json", "[\"not\", \"a\", \"tokenizer\"]\n");
+  write_text(root + "/t.txt", "hello\n");
+  EXPECT_EQ(run_keel("tokenize " + root + "/tokenizer.json " + root + "/t.txt", &out), 2) << out;
+  EXPECT_NE(out.find(root + "/tokenizer.json: not a tokenizer keel reads: it is a JSON list"), std::string::npos) << out;
+  EXPECT_EQ(out.find("SentencePiece model:"), std::string::npos) << out;
+}

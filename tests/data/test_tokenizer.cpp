@@ -5,6 +5,7 @@
 #include "data/sources.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_train.h"
+#include "interop/hf_tokenizer.h"
 #include "test_data_util.h"
 #include "util/error.h"
 
@@ -168,4 +169,76 @@ TEST(Tokenizer, SampleLeavesOutValidationDocumentsAndRespectsBudget) {
   TokenizerSample small = sample_for_tokenizer(corpus().files, o);
   EXPECT_LT(small.bytes, all.bytes / 2);
   EXPECT_GE(small.bytes, all.bytes / 8);
+}
+
+// Issue 31: the sample rate rests on an estimate of the text's size; when it
+// passed over every training document (here one document far larger than
+// the budget) training said "no text to train the tokenizer on" with text
+// there. The documents are then taken in order; and when there really is no
+// text, the message says what was read.
+TEST(Tokenizer, SampleHoldsTextWheneverTheTrainingSplitHasSome) {
+  const std::string dir = make_temp_dir("tok_sample");
+  write_text(dir + "/one.txt", join_documents(make_documents(400, 3)));
+  TokenizerTrainOptions o;
+  o.separator = "";  // the whole file is one document
+  o.sample_bytes = 1000;
+  const TokenizerSample one = sample_for_tokenizer(expand_sources({dir + "/one.txt"}), o);
+  EXPECT_EQ(one.documents, 1);
+  EXPECT_GT(one.bytes, 1000);
+
+  write_text(dir + "/empty.jsonl", "{\"text\": \"\"}\n{\"text\": \"\"}\n{\"text\": \"\"}\n");
+  const TokenizerSample none = sample_for_tokenizer(expand_sources({dir + "/empty.jsonl"}), o);
+  try {
+    train_tokenizer(none, o, dir + "/empty.jsonl");
+    FAIL() << "trained on nothing";
+  } catch (const DataError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("no text to train the tokenizer on: 3 document(s) read: 3 empty, 0 held out"), std::string::npos)
+        << msg;
+  }
+}
+
+// Issue 31: a file of another kind said "not a valid SentencePiece model:
+// Internal: ... ParseFromArray"; it now says what the file is and what keel
+// reads. A tokenizer.json with a UTF-8 byte order mark is a tokenizer.json.
+TEST(Tokenizer, FilesOfAnotherKindSayWhatTheyAreAndWhatKeelReads) {
+  const std::string dir = make_temp_dir("tok_kind");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "the file is empty"},
+      {"[1, 2]", "it is a JSON list"},
+      {"vocab: 1\n", "it is named .json but is not a JSON object"}};
+  for (const auto& [content, says] : cases) {
+    SCOPED_TRACE(says);
+    const std::string path = dir + "/tokenizer.json";
+    write_text(path, content);
+    try {
+      Tokenizer t(path);
+      FAIL() << "loaded";
+    } catch (const DataError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(path + ": not a tokenizer keel reads: " + says), std::string::npos) << msg;
+      EXPECT_NE(msg.find("Hugging Face byte-level BPE tokenizer.json (a JSON object"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find("Internal"), std::string::npos) << msg;
+    }
+  }
+  // A SentencePiece model converted to tokenizer.json (as keel export-hf
+  // writes it) is not byte-level BPE: the message points to its .model.
+  const std::string converted = dir + "/converted.json";
+  write_text(converted, hf_tokenizer_json(parse_spm_model(tok().serialized(), "test"), "test").dump());
+  try {
+    Tokenizer t(converted);
+    FAIL() << "loaded";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("give keel the tokenizer.model it was made from"), std::string::npos)
+        << e.what();
+  }
+  // With a byte order mark: still JSON, so the same refusal, not a SentencePiece parse error.
+  write_text(converted, "\xEF\xBB\xBF" + hf_tokenizer_json(parse_spm_model(tok().serialized(), "test"), "test").dump());
+  try {
+    Tokenizer t(converted);
+    FAIL() << "loaded";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("give keel the tokenizer.model it was made from"), std::string::npos)
+        << e.what();
+  }
 }
