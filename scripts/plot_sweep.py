@@ -57,13 +57,23 @@ def number(text):
 
 
 def read_jsonl(path):
+    """The records (objects with a whole "step") of a JSON-lines log.
+
+    keel checks every log before it runs this script (check_run_logs): depth,
+    line length, record shape. The guards here only keep a file that changed
+    since from ending in a traceback: lines are split at "\\n" alone, as keel
+    splits them (splitlines() also splits inside strings, at U+2028 and
+    others), and a line that is not a record is skipped like one being
+    written."""
     out = []
     if path.exists():
-        for line in path.read_text().splitlines():
+        for line in path.read_text(encoding="utf-8", errors="replace").split("\n"):
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass  # a line being written while we read
+                rec = json.loads(line)
+            except (ValueError, RecursionError):
+                continue  # a line being written while we read, or torn by a crash
+            if isinstance(rec, dict) and isinstance(rec.get("step"), int):
+                out.append(rec)
     return out
 
 

@@ -105,6 +105,9 @@ int compare_runs(const std::vector<std::string>& run_dirs, const CompareOptions&
   for (const auto& d : run_dirs)
     if (!path_exists(d + "/metrics.jsonl") && !path_exists(d + "/summary.json"))
       throw RunDirError(d + " is not a run directory (no metrics.jsonl or summary.json)");
+  // Before any is read: a damaged log is an error naming it, never a plot
+  // script's traceback or a run shown as something it is not.
+  for (const auto& d : run_dirs) check_run_logs(d);
   std::vector<ConfigValues> configs;  // each config.yaml read once
   for (const auto& d : run_dirs) configs.push_back(resolved_values(d));
   const auto diffs = differing_keys(configs);

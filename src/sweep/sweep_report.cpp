@@ -13,6 +13,7 @@
 #include "sweep/sweep_manifest.h"
 #include "train/run_dir.h"
 #include "util/fs.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/text.h"
 
@@ -80,6 +81,59 @@ int run_python(const std::string& python, const std::vector<std::string>& args) 
 
 std::string md_cell(double v, const char* format) { return std::isfinite(v) ? strf(format, v) : "-"; }
 
+namespace {
+
+// One record of metrics.jsonl or spikes.jsonl as the plot scripts index it:
+// an object with a whole "step"; "attn", where present, a list of objects.
+// Returns what is wrong, or "".
+std::string record_problem(const nlohmann::json& rec) {
+  if (!rec.is_object()) return "expected a JSON object (one record), got " + json_excerpt(rec, 60);
+  if (!rec.contains("step")) return "the record has no \"step\"";
+  const auto& step = rec["step"];
+  if (!(step.is_number_unsigned() || (step.is_number_integer() && step.get<int64_t>() >= 0)))
+    return "\"step\" is " + json_excerpt(step, 60) + ", not a non-negative whole number";
+  if (rec.contains("attn") && !rec["attn"].is_null()) {
+    const auto& attn = rec["attn"];
+    if (!attn.is_array()) return "\"attn\" is " + json_excerpt(attn, 60) + ", not a list of per-layer objects";
+    for (const auto& layer : attn)
+      if (!layer.is_object()) return "\"attn\" holds " + json_excerpt(layer, 60) + ", not a per-layer object";
+  }
+  return "";
+}
+
+void check_jsonl_log(const std::string& path) {
+  if (!path_exists(path)) return;
+  const uint64_t size = file_size(path);
+  if (size > kMaxRunLogBytes)
+    throw RunDirError(path + ": " + std::to_string(size) + " bytes, more than the " + std::to_string(kMaxRunLogBytes) +
+                      " keel reads of a run's log");
+  const std::string text = read_small_file(path, kMaxRunLogBytes);
+  int64_t line_no = 0;
+  for (size_t start = 0; start < text.size();) {
+    const size_t nl = text.find('\n', start);
+    const size_t end = nl == std::string::npos ? text.size() : nl;
+    const std::string_view line(text.data() + start, end - start);
+    const std::string where = path + ":" + std::to_string(++line_no);
+    start = end + 1;
+    if (line.size() > kMaxRunLogLine)
+      throw RunDirError(where + ": a line of " + std::to_string(line.size()) + " bytes, more than the " +
+                        std::to_string(kMaxRunLogLine) + " of any record keel writes");
+    if (json_nesting_depth(line) > kMaxJsonDepth)
+      throw RunDirError(where + ": nested deeper than " + std::to_string(kMaxJsonDepth) +
+                        " levels, which no record keel writes is");
+    const auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (rec.is_discarded()) continue;  // not JSON: a line torn by a crash, or being written; readers skip it
+    const std::string problem = record_problem(rec);
+    if (!problem.empty()) throw RunDirError(where + ": " + problem);
+  }
+}
+
+}  // namespace
+
+void check_run_logs(const std::string& run_dir) {
+  for (const char* name : {"metrics.jsonl", "spikes.jsonl"}) check_jsonl_log(run_dir + "/" + name);
+}
+
 int draw_plots(const std::string& script_name, const std::vector<std::string>& args, const std::string& out,
                const std::string& asked_python, const std::vector<std::string>& names, std::vector<std::string>* drawn,
                std::string* note) {
@@ -122,6 +176,7 @@ int draw_plots(const std::string& script_name, const std::vector<std::string>& a
 
 std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann::json& manifest) {
   std::vector<PointRow> rows;
+  const ManifestIndex index(manifest);
   for (const auto& p : manifest.at("points")) {
     if (!p.value("active", true)) continue;
     PointRow r;
@@ -129,7 +184,7 @@ std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann:
     r.lr = p.value("lr", NAN);
     r.seed = p.value("seed", int64_t{0});
     r.max_steps = p.value("max_steps", int64_t{0});
-    const FlatConfig config = manifest_point_config(manifest, r.name);
+    const FlatConfig config = index.config(r.name);
     if (config.count("model.vocab_size")) r.vocab_size = std::stoll(config.at("model.vocab_size"));
     const auto& labels = p.at("labels");
     r.condition = labels.contains("variant") ? labels["variant"].get<std::string>() : "all";
@@ -153,44 +208,42 @@ void read_run_summary(const std::string& run_dir, PointRow& r) {
   const std::string summary_path = run_dir + "/summary.json";
   r.status = "not run";
   if (path_exists(summary_path)) {
-    auto s = nlohmann::json::parse(read_small_file(summary_path), nullptr, false);
-    if (s.is_object()) {
-      const std::string by = s.value("stopped_by", "");
-      r.status = (by == "completed" || by == "diverged" || by == "nonfinite" || by == "logit_unstable") ? by
-                                                                                                       : "interrupted";
-      r.steps = s.value("steps", int64_t{0});
-      r.final_loss = num(s, "final_loss");
-      r.final_val_loss = num(s, "final_val_loss");
-      r.best_val_loss = num(s, "best_val_loss");
-      r.initial_loss = num(s, "initial_loss");
-      r.diverged = s.value("diverged", false) || by == "nonfinite";
-      if (s.contains("diverged_step") && s["diverged_step"].is_number()) r.diverged_step = s["diverged_step"].get<int64_t>();
-      if (s.contains("diverged_reason") && s["diverged_reason"].is_string()) r.diverged_reason = s["diverged_reason"];
-      r.logit_unstable = s.value("attn_logit_unstable", false);
-      if (s.contains("attn_logit_unstable_step") && s["attn_logit_unstable_step"].is_number())
-        r.logit_unstable_step = s["attn_logit_unstable_step"].get<int64_t>();
-      if (by == "nonfinite" && r.diverged_reason.empty()) {
-        r.diverged_reason = "non-finite loss or gradient (train.nonfinite: halt)";
-        r.diverged_step = r.steps;
-      }
-      if (s.contains("spike_score_percent")) {
-        r.spike_score_loss = num(s["spike_score_percent"], "loss");
-        r.spike_score_grad = num(s["spike_score_percent"], "grad_norm");
-      }
-      if (s.contains("spikes")) {
-        r.loss_spikes = s["spikes"].value("loss", int64_t{0});
-        r.grad_spikes = s["spikes"].value("grad_norm", int64_t{0});
-      }
-      if (s.contains("max_attn_logit_per_layer") && s["max_attn_logit_per_layer"].is_array() &&
-          !s["max_attn_logit_per_layer"].empty() && s["max_attn_logit_per_layer"][0].is_number())
-        r.max_attn_logit_l0 = s["max_attn_logit_per_layer"][0].get<double>();
-      r.final_mean_log_z = num(s, "final_mean_log_z");
-      r.final_max_output_logit = num(s, "final_max_output_logit");
-      r.parameters = s.value("parameters", int64_t{0});
-      r.non_embedding_parameters = s.value("non_embedding_parameters", int64_t{0});
-      r.tokens_per_s = num(s, "tokens_per_s");
-      r.time_s = num(s, "time_s");
+    const auto s = read_summary_json(summary_path);  // throws naming the key of a damaged file
+    const std::string by = s.value("stopped_by", "");
+    r.status = (by == "completed" || by == "diverged" || by == "nonfinite" || by == "logit_unstable") ? by
+                                                                                                     : "interrupted";
+    r.steps = s.value("steps", int64_t{0});
+    r.final_loss = num(s, "final_loss");
+    r.final_val_loss = num(s, "final_val_loss");
+    r.best_val_loss = num(s, "best_val_loss");
+    r.initial_loss = num(s, "initial_loss");
+    r.diverged = s.value("diverged", false) || by == "nonfinite";
+    if (s.contains("diverged_step") && s["diverged_step"].is_number()) r.diverged_step = s["diverged_step"].get<int64_t>();
+    if (s.contains("diverged_reason") && s["diverged_reason"].is_string()) r.diverged_reason = s["diverged_reason"];
+    r.logit_unstable = s.value("attn_logit_unstable", false);
+    if (s.contains("attn_logit_unstable_step") && s["attn_logit_unstable_step"].is_number())
+      r.logit_unstable_step = s["attn_logit_unstable_step"].get<int64_t>();
+    if (by == "nonfinite" && r.diverged_reason.empty()) {
+      r.diverged_reason = "non-finite loss or gradient (train.nonfinite: halt)";
+      r.diverged_step = r.steps;
     }
+    if (s.contains("spike_score_percent")) {
+      r.spike_score_loss = num(s["spike_score_percent"], "loss");
+      r.spike_score_grad = num(s["spike_score_percent"], "grad_norm");
+    }
+    if (s.contains("spikes")) {
+      r.loss_spikes = s["spikes"].value("loss", int64_t{0});
+      r.grad_spikes = s["spikes"].value("grad_norm", int64_t{0});
+    }
+    if (s.contains("max_attn_logit_per_layer") && s["max_attn_logit_per_layer"].is_array() &&
+        !s["max_attn_logit_per_layer"].empty() && s["max_attn_logit_per_layer"][0].is_number())
+      r.max_attn_logit_l0 = s["max_attn_logit_per_layer"][0].get<double>();
+    r.final_mean_log_z = num(s, "final_mean_log_z");
+    r.final_max_output_logit = num(s, "final_max_output_logit");
+    r.parameters = s.value("parameters", int64_t{0});
+    r.non_embedding_parameters = s.value("non_embedding_parameters", int64_t{0});
+    r.tokens_per_s = num(s, "tokens_per_s");
+    r.time_s = num(s, "time_s");
   }
 }
 
@@ -519,13 +572,23 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
   const std::string manifest_path = sweep_dir + "/sweep.json";
   if (!path_exists(manifest_path))
     throw RunDirError(sweep_dir + " is not a sweep directory (no sweep.json); run `keel sweep SWEEP.yaml` first");
-  const auto manifest = nlohmann::json::parse(read_small_file(manifest_path), nullptr, false);
-  if (manifest.is_discarded() || manifest.value("format", "") != "keel-sweep")
+  nlohmann::json manifest;
+  try {  // bounded: the plot script reads it too, with a parser that recurses
+    manifest = parse_json_bounded(read_small_file(manifest_path), manifest_path);
+  } catch (const JsonError& e) {
+    throw RunDirError(std::string(e.what()) + " (not a keel sweep manifest)");
+  }
+  if (!manifest.is_object() || !manifest.contains("format") || manifest["format"] != "keel-sweep" ||
+      !manifest.contains("points") || !manifest["points"].is_array())
     throw RunDirError(manifest_path + " is not a keel sweep manifest");
+
+  // Every file the report and its plot script read is checked before
+  // anything is written or any Python runs.
+  const auto rows = collect_rows(sweep_dir, manifest);
+  for (const auto& r : rows) check_run_logs(sweep_dir + "/" + r.name);
   const std::string out = options.out_dir.empty() ? sweep_dir : options.out_dir;
   ensure_directory(out);
 
-  const auto rows = collect_rows(sweep_dir, manifest);
   const auto variants = summarize_variants(rows);
   write_file_atomic(out + "/summary.csv", summary_csv(rows));
   write_file_atomic(out + "/lr_sensitivity.csv", variants_csv(variants));

@@ -72,7 +72,21 @@ struct VariantRow {
 
 std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann::json& manifest);
 // Status and results from RUN_DIR/summary.json ("not run" without one).
+// Throws RunDirError naming the file and key when the file is damaged
+// (read_summary_json in sweep_manifest.h).
 void read_run_summary(const std::string& run_dir, PointRow& row);
+
+// Bounds on the run logs `keel report` and `keel compare` read.
+constexpr uint64_t kMaxRunLogBytes = uint64_t{1} << 30;
+constexpr size_t kMaxRunLogLine = size_t{1} << 20;
+// Checks RUN_DIR/metrics.jsonl and spikes.jsonl, which the plot scripts read
+// too, before any Python sees them: each at most kMaxRunLogBytes, every line
+// at most kMaxRunLogLine bytes and nested at most kMaxJsonDepth, every line
+// that is JSON a record with a non-negative whole "step" (and "attn", where
+// present, a list of objects). A line that is not JSON at all is let through:
+// one torn by a crash, or the line a live run is writing; every reader skips
+// it. Throws RunDirError naming file:line.
+void check_run_logs(const std::string& run_dir);
 // Groups finished rows by variant (in first-seen order) and computes each
 // one's LR sensitivity. l0, the loss at initialization, is ln(vocab_size):
 // the loss of a uniform prediction, which is what a freshly initialized model

@@ -333,10 +333,12 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
   Reconciliation rec = reconcile(old_manifest, points);
   // A point directory the manifest does not know (sweep.json deleted, or
   // the directory made by hand) is compared through its own config.yaml.
+  std::map<std::string, const SweepPoint*> by_name;  // a lookup per point, not a scan: planning stays linear
+  for (const auto& p : points) by_name.emplace(p.name, &p);
   for (const auto& name : rec.added) {
     const std::string cfg = spec.out_dir + "/" + name + "/config.yaml";
     if (!path_exists(cfg)) continue;
-    const auto& point = *std::find_if(points.begin(), points.end(), [&](const SweepPoint& p) { return p.name == name; });
+    const SweepPoint& point = *by_name.at(name);
     const FlatConfig on_disk = result_config(load_config(cfg)), now = result_config(point.config);
     for (const auto& [k, v] : on_disk) {
       auto it = now.find(k);

@@ -15,7 +15,7 @@ namespace keel {
 namespace {
 
 const std::vector<std::string> kTopKeys = {"base",     "name",  "out_dir", "early_stop", "set",
-                                           "variants", "sizes", "grid",    "seeds"};
+                                           "variants", "sizes", "grid",    "seeds",      "max_points"};
 
 struct Parser {
   std::string file;
@@ -87,6 +87,29 @@ std::string sanitize_label(const std::string& text, bool starts_name = false) {
   for (char c : text) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '+') ? c : '-';
   for (size_t i = 0; starts_name && i < out.size() && out[i] == '.'; ++i) out[i] = '-';
   return out.empty() ? "-" : out;
+}
+
+// "1000 train.lr x 10 run.seed": what makes a grid's size.
+std::string axis_sizes(const std::vector<SweepAxis>& axes) {
+  std::string out;
+  for (const auto& a : axes) out += (out.empty() ? "" : " x ") + std::to_string(a.values.size()) + " " + a.key;
+  return out;
+}
+
+std::string too_many_points(const SweepSpec& spec) {
+  const uint64_t n = grid_size(spec.axes);
+  const std::string count = n == UINT64_MAX ? "more than " + std::to_string(UINT64_MAX) : std::to_string(n);
+  return "the grid has " + count + " points (" + axis_sizes(spec.axes) + "), more than max_points = " +
+         std::to_string(spec.max_points) + (spec.max_points == kDefaultMaxPoints ? " (the default)" : "") +
+         "; shorten an axis, or raise max_points in the sweep file if the grid is meant to be this large";
+}
+
+// A positive whole number as YAML writes it ("10000"); no sign, fraction or exponent.
+bool parse_count(const std::string& text, int64_t* out) {
+  if (text.empty() || text.size() > 18 || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  *out = std::stoll(text);
+  return *out >= 1;
 }
 
 std::string last_component(const std::string& key) {
@@ -163,7 +186,7 @@ static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::v
     for (const auto& k : kTopKeys)
       if (edit_distance(key, k) <= 2) best = k;
     p.errors.add(key, "unknown sweep key" + p.where(item.first) + (best.empty() ? "" : "; did you mean " + best + "?") +
-                          " (sweep keys: base, name, out_dir, early_stop, set, variants, sizes, grid, seeds)");
+                          " (sweep keys: base, name, out_dir, early_stop, set, variants, sizes, grid, seeds, max_points)");
   }
 
   const YAML::Node base = root["base"];
@@ -195,6 +218,12 @@ static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::v
     if (!n.IsScalar() || (n.Scalar() != "true" && n.Scalar() != "false"))
       p.errors.add("early_stop", "expected true or false" + p.where(n));
     else spec.early_stop = n.Scalar() == "true";
+  }
+  if (const YAML::Node n = root["max_points"]) {
+    int64_t v = 0;
+    if (!n.IsScalar() || !parse_count(n.Scalar(), &v))
+      p.errors.add("max_points", "expected a whole number of points, at least 1" + p.where(n));
+    else spec.max_points = v;
   }
   // Early stop first, so that `set` may still say otherwise.
   if (spec.early_stop) spec.common.push_back("monitor.stop_on_divergence=true");
@@ -294,6 +323,9 @@ static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::v
   }
   for (const auto& key : set_keys)
     if (axis_keys.count(key)) p.errors.add("set." + key, "is also an axis of the grid (variants, sizes, grid or seeds)");
+  // From the axis sizes alone: no point is made for a grid that is refused.
+  if (grid_size(spec.axes) > static_cast<uint64_t>(spec.max_points))
+    p.errors.add("max_points", too_many_points(spec) + " (" + path + ")");
   if (spec.axes.empty() && p.errors.empty())
     p.errors.add("grid", "the sweep has no axis: give `grid`, `variants`, `sizes` or `seeds`" + p.where(root));
 
@@ -307,6 +339,16 @@ static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::v
   }
   if (!p.errors.empty()) throw ConfigError(p.errors);
   return spec;
+}
+
+uint64_t grid_size(const std::vector<SweepAxis>& axes) {
+  uint64_t n = 1;
+  for (const auto& a : axes) {
+    const uint64_t k = a.values.size();
+    if (k != 0 && n > UINT64_MAX / k) return UINT64_MAX;
+    n *= k;
+  }
+  return n;
 }
 
 std::string point_name(const std::vector<SweepAxis>& axes, const std::vector<size_t>& value_index) {
@@ -323,7 +365,17 @@ std::string point_name(const std::vector<SweepAxis>& axes, const std::vector<siz
 }
 
 std::vector<SweepPoint> expand_grid(const SweepSpec& spec) {
+  const uint64_t size = grid_size(spec.axes);
+  if (size > static_cast<uint64_t>(spec.max_points)) {
+    ConfigErrors e;
+    e.add("max_points", too_many_points(spec) + " (" + spec.file + ")");
+    throw ConfigError(e);
+  }
+  // Every step below is constant work per point (a set insert, a map entry
+  // per distinct error): planning stays linear in the points.
   std::vector<SweepPoint> points;
+  if (size == 0) return points;  // an empty axis (refused when the file is read)
+  points.reserve(static_cast<size_t>(size));
   std::map<std::string, std::vector<std::string>> problems;  // error -> points
   std::vector<std::string> problem_order;
   std::vector<size_t> idx(spec.axes.size(), 0);
@@ -344,7 +396,7 @@ std::vector<SweepPoint> expand_grid(const SweepSpec& spec) {
         problems[item].push_back(point.name);
       }
     }
-    points.push_back(point);
+    points.push_back(std::move(point));
     // Odometer over the axes, the last one fastest.
     size_t a = spec.axes.size();
     while (a > 0) {

@@ -13,13 +13,19 @@
 //   grid:                          # key -> list of values, one axis each
 //     train.lr: [1e-3, 3e-3, 1e-2]
 //   seeds: [1, 2]                  # optional: run.seed axis
+//   max_points: 10000              # optional: the most points the grid may have
 //
 // Points are the product of the axes in that order (variants, sizes, grid
 // keys in file order, seeds). A point is named by its values:
 // "rms-head_size=d256_lr=1e-3", with "_seed=2" when there are several seeds.
 // A key belongs to one axis: a size may not set what a variant sets.
+//
+// A grid larger than max_points (kDefaultMaxPoints unless the file says) is
+// refused from the axis sizes alone, before any point is made: a typo such as
+// a 1000-value list should not spend minutes and gigabytes on a plan.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,6 +33,8 @@
 #include "config/config.h"
 
 namespace keel {
+
+constexpr int64_t kDefaultMaxPoints = 10000;
 
 struct AxisValue {
   std::string label;                   // "rms-head", "1e-3": as written in the file
@@ -47,6 +55,7 @@ struct SweepSpec {
   std::vector<std::string> common;   // overrides of every point: `set`, early_stop, then the CLI's --set
   std::vector<SweepAxis> axes;
   bool early_stop = true;
+  int64_t max_points = kDefaultMaxPoints;
 };
 
 struct SweepPoint {
@@ -61,10 +70,15 @@ struct SweepPoint {
 // apply to every point after the file's `set`.
 SweepSpec load_sweep_spec(const std::string& path, const std::vector<std::string>& extra_overrides = {});
 
-// Every point of the grid with its resolved config. Throws ConfigError when
-// a point's config is invalid (e.g. train.min_lr above a grid's train.lr),
-// naming the points.
+// Every point of the grid with its resolved config, in time and memory linear
+// in the number of points. Throws ConfigError when the grid has more than
+// spec.max_points points, or when a point's config is invalid (e.g.
+// train.min_lr above a grid's train.lr), naming the points.
 std::vector<SweepPoint> expand_grid(const SweepSpec& spec);
+
+// The number of points of a grid: the product of its axis sizes, UINT64_MAX
+// when that overflows. No point is made.
+uint64_t grid_size(const std::vector<SweepAxis>& axes);
 
 // "rms-head_lr=1e-3": the labels of a point's axis values.
 std::string point_name(const std::vector<SweepAxis>& axes, const std::vector<size_t>& value_index);

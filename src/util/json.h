@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <string>
+#include <string_view>
 
 #include "util/error.h"
 
@@ -35,6 +37,30 @@ Json parse_json_bounded(const std::string& text, const std::string& where, int m
   } catch (const typename Json::exception& e) {
     throw JsonError(where + ": not valid JSON: " + std::string(e.what()).substr(0, 300));
   }
+}
+
+// How deeply arrays and objects nest in `text`, found by counting brackets
+// outside strings, without parsing; stops counting once past `stop_above`.
+// Also defined for text that is not valid JSON, so a log line can be refused
+// before a reader that recurses per level (Python's json) sees it.
+inline int json_nesting_depth(std::string_view text, int stop_above = kMaxJsonDepth) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > stop_above) return deepest;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 // value.dump(), cut to max_chars (with "..." when cut): safe to put in a message.

@@ -481,3 +481,101 @@ TEST_F(SweepCli, CompareRunsSideBySide) {
   EXPECT_EQ(run_keel("compare " + g_dir, &log), 2) << log;
   EXPECT_NE(log.find("is not a run directory"), std::string::npos) << log;
 }
+
+// Issue 31: a 1000 x 100 x 10-seed grid under --dry-run was still planning
+// after 120 s at 1.2 GB. It is refused at once from its axis sizes (exit 2,
+// the count and the key that raises the limit), and nothing is created; a
+// grid at the limit a file sets is planned.
+TEST_F(SweepCli, AGridAboveMaxPointsIsRefusedBeforeItIsPlanned) {
+  std::string lrs, batches;
+  for (int i = 1; i <= 1000; ++i) lrs += (i > 1 ? ", " : "") + std::to_string(i) + "e-6";
+  for (int i = 1; i <= 100; ++i) batches += (i > 1 ? ", " : "") + std::to_string(i);
+  const std::string path = g_dir + "/huge.yaml";
+  write_file(path, "base: base.yaml\nout_dir: " + out("huge") + "\ngrid:\n  train.lr: [" + lrs +
+                       "]\n  train.batch_size: [" + batches + "]\nseeds: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n");
+  std::string log;
+  EXPECT_EQ(run_keel("sweep " + path + " --dry-run", &log), 2) << log;
+  EXPECT_NE(log.find("max_points: the grid has 1000000 points (1000 train.lr x 100 train.batch_size x 10 run.seed), "
+                     "more than max_points = 10000 (the default)"),
+            std::string::npos)
+      << log;
+  EXPECT_FALSE(keel::path_exists(out("huge")));
+
+  const std::string small = g_dir + "/limited.yaml";
+  write_file(small, "base: base.yaml\nout_dir: " + out("limited") + "\nmax_points: 4\n" +
+                        "grid:\n  train.lr: [1e-3, 1e-2]\n  train.batch_size: [2, 4]\n");
+  ASSERT_EQ(run_keel("sweep " + small + " --dry-run", &log), 0) << log;
+  EXPECT_NE(log.find(": 4 points ("), std::string::npos) << log;
+  write_file(small, "base: base.yaml\nout_dir: " + out("limited") + "\nmax_points: 3\n" +
+                        "grid:\n  train.lr: [1e-3, 1e-2]\n  train.batch_size: [2, 4]\n");
+  EXPECT_EQ(run_keel("sweep " + small + " --dry-run", &log), 2) << log;
+  EXPECT_NE(log.find("the grid has 4 points (2 train.lr x 2 train.batch_size), more than max_points = 3;"),
+            std::string::npos)
+      << log;
+}
+
+// Issue 31: a run's files that keel did not write intact are errors naming
+// the file and line or key (exit 2), found before any plot script runs: a
+// metrics.jsonl line nested a million deep ended in a Python RecursionError
+// (exit 1); a null or unparsable summary.json read as "interrupted", and
+// {"steps": -5} as "-5/6". A line being written (not JSON yet) still passes.
+TEST_F(SweepCli, DamagedRunFilesAreErrorsNamingThemBeforeAnyPlot) {
+  const std::string runs = g_dir + "/damaged", cmp = g_dir + "/damaged_cmp";
+  const std::string good = "{\"step\": 1, \"loss\": 5.0}\n";
+  std::string log;
+  auto compare = [&](const std::string& run, const std::string& extra) {
+    return run_keel("compare " + runs + "/" + run + extra, &log);
+  };
+  for (const char* d : {"/deep", "/sum"}) keel::ensure_directory(runs + d);
+
+  write_file(runs + "/deep/metrics.jsonl", good + std::string(1000000, '[') + std::string(1000000, ']') + "\n");
+  EXPECT_EQ(compare("deep", " --out " + cmp), 2) << log.substr(0, 2000);
+  EXPECT_NE(log.find(runs + "/deep/metrics.jsonl:2: a line of 2000000 bytes"), std::string::npos) << log.substr(0, 2000);
+  EXPECT_EQ(log.find("Traceback"), std::string::npos) << log.substr(0, 2000);
+  EXPECT_FALSE(keel::path_exists(cmp + "/plots"));
+  write_file(runs + "/deep/metrics.jsonl", good + std::string(100, '[') + std::string(100, ']') + "\n");
+  EXPECT_EQ(compare("deep", " --out " + cmp), 2) << log;
+  EXPECT_NE(log.find(runs + "/deep/metrics.jsonl:2: nested deeper than 64 levels"), std::string::npos) << log;
+  write_file(runs + "/deep/metrics.jsonl", good);
+  write_file(runs + "/deep/spikes.jsonl", "{\"signal\": \"grad_norm\", \"value\": 3}\n");
+  EXPECT_EQ(compare("deep", ""), 2) << log;
+  EXPECT_NE(log.find(runs + "/deep/spikes.jsonl:1: the record has no \"step\""), std::string::npos) << log;
+
+  const std::vector<std::pair<std::string, std::string>> summaries = {
+      {"null", "summary.json: expected a JSON object, got null"},
+      {"{\"stopped_by\": \"completed\", \"ste", "summary.json: not valid JSON"},
+      {"{\"stopped_by\": \"completed\", \"steps\": -5}", "summary.json: steps: expected a non-negative whole number, got -5"},
+      {"{\"stopped_by\": 7, \"steps\": 5}", "summary.json: stopped_by: expected a string, got 7"},
+      {"{\"stopped_by\": \"completed\", \"steps\": 5, \"final_loss\": \"low\"}", "summary.json: final_loss: expected a number"}};
+  write_file(runs + "/sum/metrics.jsonl", good);
+  for (const auto& [text, says] : summaries) {
+    SCOPED_TRACE(text);
+    write_file(runs + "/sum/summary.json", text);
+    EXPECT_EQ(compare("sum", ""), 2) << log;
+    EXPECT_NE(log.find(runs + "/sum/" + says), std::string::npos) << log;
+  }
+  // Without summary.json the run was interrupted; a torn last line is skipped.
+  keel::remove_file(runs + "/sum/summary.json");
+  write_file(runs + "/sum/metrics.jsonl", good + "{\"step\": 2, \"lo");
+  ASSERT_EQ(compare("sum", ""), 0) << log;
+  EXPECT_NE(log.find("| interrupted | 1 |"), std::string::npos) << log;
+
+  // keel report reads the same files through the sweep's manifest.
+  const std::string sweep = g_dir + "/damaged_sweep";
+  keel::ensure_directory(sweep + "/lr=1e-3");
+  write_file(sweep + "/sweep.json",
+             R"({"format": "keel-sweep", "version": 1, "name": "damaged", "axes": [{"key": "train.lr", "short": "lr",)"
+             R"( "values": [{"label": "1e-3", "overrides": ["train.lr=1e-3"]}]}], "config": {}, "points": [{"name":)"
+             R"( "lr=1e-3", "active": true, "labels": {"train.lr": "1e-3"}, "max_steps": 6, "lr": 0.001, "seed": 1,)"
+             R"( "differs": {}}], "sessions": []})");
+  write_file(sweep + "/lr=1e-3/metrics.jsonl", good);
+  write_file(sweep + "/lr=1e-3/summary.json", "{\"stopped_by\": \"completed\", \"steps\": -5}");
+  EXPECT_EQ(run_keel("report " + sweep + " --no-plots", &log), 2) << log;
+  EXPECT_NE(log.find(sweep + "/lr=1e-3/summary.json: steps: expected a non-negative whole number"), std::string::npos)
+      << log;
+  EXPECT_FALSE(keel::path_exists(sweep + "/report.md"));
+  write_file(sweep + "/lr=1e-3/summary.json", "{\"stopped_by\": \"completed\", \"steps\": 6}");
+  write_file(sweep + "/lr=1e-3/metrics.jsonl", good + std::string(100, '{') + "\n");
+  EXPECT_EQ(run_keel("report " + sweep + " --no-plots", &log), 2) << log;
+  EXPECT_NE(log.find(sweep + "/lr=1e-3/metrics.jsonl:2: nested deeper than 64 levels"), std::string::npos) << log;
+}

@@ -243,3 +243,41 @@ TEST(SweepSpec, EveryShippedSweepFileLoads) {
   }
   EXPECT_GE(files, 4);
 }
+
+// Issue 31: a grid above max_points (10000 unless the file says) is refused
+// from its axis sizes, naming the count, the axes and the key; the key
+// raises the limit, and a grid at the limit is planned.
+TEST_F(SweepSpecTest, GridsAboveMaxPointsAreRefusedFromTheirAxisSizes) {
+  const std::string grid = "variants: {a: {}, b: {model.qk_norm.type: rms}}\ngrid: {train.lr: [1e-3, 2e-3, 3e-3]}\n";
+  std::string e = error_of("base: base.yaml\nmax_points: 5\n" + grid);
+  EXPECT_NE(e.find("max_points: the grid has 6 points (2 variant x 3 train.lr), more than max_points = 5;"),
+            std::string::npos)
+      << e;
+  const auto spec = keel::load_sweep_spec(write_sweep("base: base.yaml\nmax_points: 6\n" + grid));
+  EXPECT_EQ(spec.max_points, 6);
+  EXPECT_EQ(keel::expand_grid(spec).size(), 6u);
+  EXPECT_EQ(keel::load_sweep_spec(write_sweep("base: base.yaml\n" + grid)).max_points, keel::kDefaultMaxPoints);
+  for (const char* bad : {"0", "-3", "1e4", "many"}) {
+    e = error_of(std::string("base: base.yaml\nmax_points: ") + bad + "\n" + grid);
+    EXPECT_NE(e.find("max_points: expected a whole number of points, at least 1"), std::string::npos) << bad << e;
+  }
+}
+
+// The count is a product that can overflow: it saturates, and expand_grid
+// refuses such a spec even when it was not made by load_sweep_spec.
+TEST(SweepSpec, GridSizeSaturatesInsteadOfOverflowing) {
+  keel::SweepSpec spec;
+  spec.file = "big.yaml";
+  for (int a = 0; a < 4; ++a) spec.axes.push_back({"k" + std::to_string(a), "", std::vector<keel::AxisValue>(8192)});
+  EXPECT_EQ(keel::grid_size(spec.axes), uint64_t{1} << 52);
+  spec.axes.push_back({"k4", "", std::vector<keel::AxisValue>(8192)});  // 2^65
+  EXPECT_EQ(keel::grid_size(spec.axes), UINT64_MAX);
+  spec.max_points = INT64_MAX;
+  try {
+    keel::expand_grid(spec);
+    FAIL() << "expanded 2^65 points";
+  } catch (const keel::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("the grid has more than 18446744073709551615 points"), std::string::npos)
+        << e.what();
+  }
+}
