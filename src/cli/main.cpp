@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
       "  2    bad input: config, data, checkpoint, run directory or command line; the message names the key or file\n"
       "  3    training stopped by its own rule: a non-finite loss (train.nonfinite: halt),\n"
       "       monitor.stop_on_divergence, monitor.stop_on_logit_instability, monitor.max_rewinds reached\n"
-      "  4    environment: disk full, quota, read-only or I/O error, permission, a data-parallel peer that failed\n"
+      "  4    environment: disk full, quota, read-only or I/O error, permission, a data-parallel peer that failed,\n"
+      "       no Python with matplotlib for report/compare plots\n"
       "  5    keel sweep: the sweep ran but some points failed (each point's code is in the sweep log)\n"
       "  128+N  stopped cleanly on signal N after saving (130 SIGINT, 143 SIGTERM); resume with the same command");
   // In the order `keel --help` lists them.

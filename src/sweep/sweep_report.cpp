@@ -12,6 +12,7 @@
 
 #include "sweep/sweep_manifest.h"
 #include "train/run_dir.h"
+#include "util/error.h"
 #include "util/fs.h"
 #include "util/json.h"
 #include "util/log.h"
@@ -156,7 +157,7 @@ int draw_plots(const std::string& script_name, const std::vector<std::string>& a
     *note = "Plots not drawn: " + std::string(script.empty() ? script_name : "a Python interpreter") +
             " not found (looked for " + joined(script.empty() ? plot_candidates(script_name) : pythons) +
             "; set KEEL_PYTHON, or run scripts/setup.sh to create .venv).";
-    code = 1;
+    code = exit_code::environment;  // the files were checked before: what is missing is the machine's
   } else {
     ensure_directory(out + "/plots");
     std::vector<std::string> argv = {script};
@@ -165,7 +166,7 @@ int draw_plots(const std::string& script_name, const std::vector<std::string>& a
     if (rc != 0) {
       *note = "Plots not drawn: " + python + " " + script + " exited with code " + std::to_string(rc) +
               " (its message is above; `pip install -r scripts/requirements.txt` installs matplotlib).";
-      code = 1;
+      code = exit_code::environment;
     }
     for (const auto& p : names)
       if (path_exists(out + "/plots/" + p + ".png")) drawn->push_back(p);

@@ -65,7 +65,9 @@ int64_t last_logged_step(const std::string& path) {
     const std::string line = tail.substr(start == std::string::npos ? 0 : start + 1,
                                          end - (start == std::string::npos ? 0 : start + 1));
     auto rec = nlohmann::json::parse(line, nullptr, false);
-    if (!rec.is_discarded() && rec.contains("step")) return rec["step"].get<int64_t>();
+    // A hostile or torn record is no step: progress, not a reason to stop.
+    if (!rec.is_discarded() && rec.is_object() && rec.contains("step") && rec["step"].is_number_integer())
+      return rec["step"].get<int64_t>();
     if (start == std::string::npos || start == 0) break;
     end = start;
   }
@@ -147,8 +149,9 @@ class Runner {
                    spec_.name.c_str(), done_, total_, diverged_, failed_.size(), interrupted_ + not_started_,
                    hms(std::chrono::duration<double>(Clock::now() - start_).count()).c_str()));
     for (const auto& f : failed_) log_.error("failed: " + f);
-    if (sig) return 128 + sig;
-    return failed_.empty() ? 0 : 1;
+    if (sig) return exit_code::signal_base + sig;
+    // A diverged point is a result of the sweep, not a failure of it.
+    return failed_.empty() ? exit_code::ok : exit_code::sweep_failed;
   }
 
  private:
@@ -225,7 +228,7 @@ class Runner {
     const double secs = std::chrono::duration<double>(Clock::now() - r.started).count();
     const PointStatus st = point_status(dir);
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (st.state == PointState::finished && (code == 0 || code == 3)) {
+    if (st.state == PointState::finished && (code == exit_code::ok || code == exit_code::stopped)) {
       ++done_;
       if (st.stopped_by == "diverged" || st.stopped_by == "nonfinite") ++diverged_;  // the loss diverged
       child_seconds_ += secs;

@@ -136,9 +136,10 @@ TEST_F(SweepCli, TinyGridRunsAndTheReportBuilds) {
   ASSERT_EQ(run_keel("report " + out("e2e") + " --out " + g_dir + "/report2 --no-plots", &log), 0) << log;
   EXPECT_TRUE(keel::path_exists(g_dir + "/report2/report.md"));
   EXPECT_FALSE(keel::path_exists(g_dir + "/report2/plots/loss_vs_lr.png"));
-  // A missing interpreter still leaves the CSVs and report.md, and says why.
+  // A missing interpreter still leaves the CSVs and report.md, says why, and
+  // exits 4: the machine lacks something, the sweep's files were fine.
   keel::remove_file(g_dir + "/report2/report.md");
-  EXPECT_EQ(run_keel("report " + out("e2e") + " --out " + g_dir + "/report2 --python /nonexistent/python", &log), 1)
+  EXPECT_EQ(run_keel("report " + out("e2e") + " --out " + g_dir + "/report2 --python /nonexistent/python", &log), 4)
       << log;
   EXPECT_NE(read_file(g_dir + "/report2/report.md").find("Plots not drawn"), std::string::npos);
 }
