@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -33,6 +35,30 @@ int run_keel(const std::string& args, std::string* output) {
   while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
   int status = pclose(pipe);
   if (output) *output = out;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int spawn_keel(const std::vector<std::string>& args, const std::string& log) {
+  const std::string binary = env_or("KEEL_BINARY", KEEL_BINARY);
+  std::fflush(nullptr);  // or the child's freopen writes our buffered output a second time
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!freopen(log.c_str(), "a", stdout) || !freopen(log.c_str(), "a", stderr)) _exit(126);
+    std::vector<char*> argv = {const_cast<char*>(binary.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  if (pid < 0) throw std::runtime_error("fork failed for keel " + (args.empty() ? "" : args[0]));
+  return pid;
+}
+
+int wait_exit(int pid, bool* killed) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  if (killed) *killed = !WIFEXITED(status);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 

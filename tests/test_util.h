@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "config/choice.h"
 
@@ -10,6 +11,13 @@ namespace keel_test {
 
 // Runs `build/keel ARGS`, capturing stdout+stderr; returns the exit code.
 int run_keel(const std::string& args, std::string* output);
+// Starts `build/keel ARGS` in the background, stdout and stderr appended to
+// `log`; returns its pid (for a signal, a kill, a wait).
+int spawn_keel(const std::vector<std::string>& args, const std::string& log);
+// Waits for `pid`; its exit code, or 128 + the signal that killed it, as a
+// shell reports it; `killed` tells the two apart (keel exits 143 itself
+// after a clean stop on SIGTERM).
+int wait_exit(int pid, bool* killed = nullptr);
 // A fresh empty directory under the system temp dir.
 std::string make_temp_dir(const std::string& tag);
 std::string source_path(const std::string& relative);

@@ -21,69 +21,68 @@
 
 using keel_test::read_file;
 using keel_test::run_keel;
+using keel_test::spawn_keel;
 using keel_test::write_file;
 
 namespace {
 
 std::string g_dir;
 
-// `keel ARGS` in the background, stdout and stderr to `log`.
-pid_t spawn_keel(const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (!freopen(log.c_str(), "w", stdout) || !freopen(log.c_str(), "a", stderr)) _exit(126);
-    std::vector<char*> argv = {const_cast<char*>(KEEL_BINARY)};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(KEEL_BINARY, argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
 // Waits (at most `seconds`) until `path` holds `text`.
-bool wait_for_text(const std::string& path, const std::string& text, int seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+bool wait_for_text(const std::string &path, const std::string &text,
+                   int seconds) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (read_file(path).find(text) != std::string::npos) return true;
+    if (read_file(path).find(text) != std::string::npos)
+      return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
 }
 
-// The exit status as a shell reports it: the code, or 128 + the signal that killed it.
-int reap(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status) + 1000;  // +1000: killed, not exited
+// The exit code of a process that exited; 1000 + the signal if one killed it
+// (keel's own 143 after a clean stop must not pass for a SIGTERM death).
+int reap(int pid) {
+  bool killed = false;
+  const int code = keel_test::wait_exit(pid, &killed);
+  return killed ? 1000 + code - 128 : code;
 }
 
 class ExitCodes : public ::testing::Test {
- protected:
+protected:
   static void SetUpTestSuite() {
     g_dir = keel_test::make_temp_dir("exit_codes");
     write_file(g_dir + "/corpus.txt", keel_test::make_sentence_corpus(5, 300));
     write_file(g_dir + "/base.yaml",
-               "model: {vocab_size: 320, max_seq_len: 32, d_model: 32, n_layers: 1, n_heads: 2, n_kv_heads: 1}\n"
-               "data: {dir: " + g_dir + "/data, sources: [" + g_dir + "/corpus.txt], doc_separator: '%', "
-               "val_fraction: 0.1}\n"
-               "train: {max_steps: 6, batch_size: 4, lr: 1e-3, warmup_steps: 1, log_every: 1, eval_every: 0, "
-               "threads: 1}\n"
-               "checkpoint: {every: 3, keep_last: 2}\n"
-               "monitor: {every: 0}\n");
+               "model: {vocab_size: 320, max_seq_len: 32, d_model: 32, "
+               "n_layers: 1, n_heads: 2, n_kv_heads: 1}\n"
+               "data: {dir: " +
+                   g_dir + "/data, sources: [" + g_dir +
+                   "/corpus.txt], doc_separator: '%', "
+                   "val_fraction: 0.1}\n"
+                   "train: {max_steps: 6, batch_size: 4, lr: 1e-3, "
+                   "warmup_steps: 1, log_every: 1, eval_every: 0, "
+                   "threads: 1}\n"
+                   "checkpoint: {every: 3, keep_last: 2}\n"
+                   "monitor: {every: 0}\n");
   }
   static void TearDownTestSuite() { keel::remove_tree(g_dir); }
-  static std::string train(const std::string& name, const std::string& extra = "") {
-    return "train " + g_dir + "/base.yaml --set run.out_dir=" + g_dir + "/runs --set run.name=" + name + " " + extra;
+  static std::string train(const std::string &name,
+                           const std::string &extra = "") {
+    return "train " + g_dir + "/base.yaml --set run.out_dir=" + g_dir +
+           "/runs --set run.name=" + name + " " + extra;
   }
 };
 
 TEST_F(ExitCodes, HelpPrintsTheTable) {
   std::string out;
   ASSERT_EQ(run_keel("--help", &out), 0) << out;
-  for (const char* line : {"Exit codes", "  0    done", "  1    internal error", "  2    bad input",
-                           "  3    training stopped by its own rule", "  4    environment", "  5    keel sweep",
-                           "128+N", "130 SIGINT, 143 SIGTERM"})
+  for (const char *line :
+       {"Exit codes", "  0    done", "  1    internal error",
+        "  2    bad input", "  3    training stopped by its own rule",
+        "  4    environment", "  5    keel sweep", "128+N",
+        "130 SIGINT, 143 SIGTERM"})
     EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
 }
 
@@ -100,28 +99,36 @@ TEST_F(ExitCodes, FinishedAndAskedForStopsAreZeroBadInputIsTwo) {
 TEST_F(ExitCodes, SigintStopsTrainingCleanlyWith130) {
   const std::string log = g_dir + "/sigint.log";
   const std::string run = g_dir + "/runs/sigint";
-  const pid_t pid = spawn_keel({"train", g_dir + "/base.yaml", "--set", "run.out_dir=" + g_dir + "/runs", "--set",
-                                "run.name=sigint", "--set", "train.max_steps=100000", "--set", "checkpoint.every=0"},
-                               log);
+  const pid_t pid = spawn_keel(
+      {"train", g_dir + "/base.yaml", "--set", "run.out_dir=" + g_dir + "/runs",
+       "--set", "run.name=sigint", "--set", "train.max_steps=100000", "--set",
+       "checkpoint.every=0"},
+      log);
   ASSERT_GT(pid, 0);
-  ASSERT_TRUE(wait_for_text(run + "/metrics.jsonl", "\"step\"", 120)) << read_file(log);
+  ASSERT_TRUE(wait_for_text(run + "/metrics.jsonl", "\"step\"", 120))
+      << read_file(log);
   kill(pid, SIGINT);
   EXPECT_EQ(reap(pid), 128 + SIGINT) << read_file(log);
   const std::string summary = read_file(run + "/summary.json");
-  EXPECT_NE(summary.find("\"stopped_by\": \"signal\""), std::string::npos) << summary;
-  EXPECT_FALSE(keel::list_directory(run + "/checkpoints").empty()) << "no checkpoint written on the way out";
+  EXPECT_NE(summary.find("\"stopped_by\": \"signal\""), std::string::npos)
+      << summary;
+  EXPECT_FALSE(keel::list_directory(run + "/checkpoints").empty())
+      << "no checkpoint written on the way out";
 }
 
 // A sweep whose points fail (killed, not diverged): 5, and each failure named.
 TEST_F(ExitCodes, SweepWithFailedPointsIsFive) {
-  write_file(g_dir + "/fails.yaml", "base: base.yaml\nout_dir: " + g_dir + "/fails\ngrid:\n  train.lr: [1e-3, 2e-3]\n");
+  write_file(g_dir + "/fails.yaml",
+             "base: base.yaml\nout_dir: " + g_dir +
+                 "/fails\ngrid:\n  train.lr: [1e-3, 2e-3]\n");
   setenv("KEEL_FAULT_INJECT", "kill_rank_at_step:0:2", 1);
   std::string out;
   const int rc = run_keel("sweep " + g_dir + "/fails.yaml", &out);
   unsetenv("KEEL_FAULT_INJECT");
   EXPECT_EQ(rc, 5) << out;
   EXPECT_NE(out.find("2 failed"), std::string::npos) << out;
-  EXPECT_NE(out.find("exit code 137"), std::string::npos) << out;  // each point's own code
+  EXPECT_NE(out.find("exit code 137"), std::string::npos)
+      << out; // each point's own code
 }
 
 // SIGTERM during `keel prepare`: 143, no data.dir, no staging directory left.
@@ -129,31 +136,36 @@ TEST_F(ExitCodes, SigtermStopsPrepareAndLeavesNothingHalfMade) {
   // Big enough that encoding outlasts the signal: it arrives while the
   // tokenizer trains, and encoding stops at its first chunk.
   std::string big;
-  for (unsigned seed = 0; big.size() < (8u << 20); ++seed) big += keel_test::make_sentence_corpus(seed, 500);
+  for (unsigned seed = 0; big.size() < (8u << 20); ++seed)
+    big += keel_test::make_sentence_corpus(seed, 500);
   write_file(g_dir + "/big.txt", big);
   const std::string data = g_dir + "/prep/data";
   keel::ensure_directory(g_dir + "/prep");
   const std::string log = g_dir + "/prepare.log";
-  const pid_t pid = spawn_keel({"prepare", g_dir + "/base.yaml", "--set", "data.dir=" + data, "--set",
-                                "data.sources=[" + g_dir + "/big.txt]", "--set", "data.threads=1"},
-                               log);
+  const pid_t pid = spawn_keel(
+      {"prepare", g_dir + "/base.yaml", "--set", "data.dir=" + data, "--set",
+       "data.sources=[" + g_dir + "/big.txt]", "--set", "data.threads=1"},
+      log);
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(wait_for_text(log, "tokenizer", 60)) << read_file(log);
   kill(pid, SIGTERM);
   const int rc = reap(pid);
   const std::string out = read_file(log);
   EXPECT_EQ(rc, 128 + SIGTERM) << out;
-  EXPECT_NE(out.find("keel: interrupted: SIGTERM during"), std::string::npos) << out;
+  EXPECT_NE(out.find("keel: interrupted: SIGTERM during"), std::string::npos)
+      << out;
   EXPECT_FALSE(keel::path_exists(data)) << "a half-made data.dir";
-  for (const auto& name : keel::list_directory(g_dir + "/prep"))
-    EXPECT_EQ(name.find("data.tmp-"), std::string::npos) << "staging directory left behind: " << name;
+  for (const auto &name : keel::list_directory(g_dir + "/prep"))
+    EXPECT_EQ(name.find("data.tmp-"), std::string::npos)
+        << "staging directory left behind: " << name;
   // The same command afterwards builds it whole.
   std::string again;
-  EXPECT_EQ(run_keel("prepare " + g_dir + "/base.yaml --set data.dir=" + data + " --set data.sources=[" + g_dir +
+  EXPECT_EQ(run_keel("prepare " + g_dir + "/base.yaml --set data.dir=" + data +
+                         " --set data.sources=[" + g_dir +
                          "/corpus.txt] --quiet",
                      &again),
             0)
       << again;
 }
 
-}  // namespace
+} // namespace
