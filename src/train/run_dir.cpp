@@ -80,8 +80,8 @@ RunDir::RunDir(const Config& config, bool resuming, bool writer)
     } catch (const std::exception& e) {
       throw RunDirError(std::string("run directory unusable: ") + e.what());
     }
-    metrics_.open(file("metrics.jsonl"), std::ios::app);
-    if (!metrics_) throw RunDirError("cannot open " + file("metrics.jsonl") + " for appending");
+    if (const int err = metrics_file_.open(file("metrics.jsonl")))
+      throw RunDirError("cannot open " + file("metrics.jsonl") + " for appending: " + errno_text(err));
   }
   log = std::make_unique<Logger>(writer_ ? file("train.log") : "");
 }
@@ -158,7 +158,6 @@ void RunDir::tensorboard_append(const nlohmann::json& record) {
 
 void RunDir::reopen_metrics(const std::string& content) {
   if (!writer_) return;
-  metrics_.close();
   metrics_file_.close();  // the next record opens the new file
   write_file_atomic(file("metrics.jsonl"), content);
   if (!tensorboard_) return;

@@ -4,7 +4,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -64,8 +63,7 @@ class RunDir {
   std::string path_;
   bool writer_;
   std::unique_ptr<DirLock> lock_;  // held for the run's lifetime (writer only)
-  std::ofstream metrics_;    // the constructor's check that metrics.jsonl opens; records go to metrics_file_
-  AppendFile metrics_file_;  // opened at the first record, and again after reopen_metrics
+  AppendFile metrics_file_;  // opened by the constructor (a check), again by the first record after reopen_metrics
   int write_errno_ = 0;      // the first refused record's
   std::string write_error_;
   nlohmann::json unwritten_ = nlohmann::json::array();

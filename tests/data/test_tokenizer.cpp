@@ -223,22 +223,18 @@ TEST(Tokenizer, FilesOfAnotherKindSayWhatTheyAreAndWhatKeelReads) {
   }
   // A SentencePiece model converted to tokenizer.json (as keel export-hf
   // writes it) is not byte-level BPE: the message points to its .model.
+  // With a byte order mark it is still JSON: the same refusal, not a
+  // SentencePiece parse error.
   const std::string converted = dir + "/converted.json";
-  write_text(converted, hf_tokenizer_json(parse_spm_model(tok().serialized(), "test"), "test").dump());
-  try {
-    Tokenizer t(converted);
-    FAIL() << "loaded";
-  } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("give keel the tokenizer.model it was made from"), std::string::npos)
-        << e.what();
-  }
-  // With a byte order mark: still JSON, so the same refusal, not a SentencePiece parse error.
-  write_text(converted, "\xEF\xBB\xBF" + hf_tokenizer_json(parse_spm_model(tok().serialized(), "test"), "test").dump());
-  try {
-    Tokenizer t(converted);
-    FAIL() << "loaded";
-  } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("give keel the tokenizer.model it was made from"), std::string::npos)
-        << e.what();
+  const std::string json = hf_tokenizer_json(parse_spm_model(tok().serialized(), "test"), "test").dump();
+  for (const std::string& bom : {std::string(), std::string("\xEF\xBB\xBF")}) {
+    write_text(converted, bom + json);
+    try {
+      Tokenizer t(converted);
+      FAIL() << "loaded (BOM: " << !bom.empty() << ")";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("give keel the tokenizer.model it was made from"), std::string::npos)
+          << e.what();
+    }
   }
 }
