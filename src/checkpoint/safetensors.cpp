@@ -151,7 +151,9 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
   std::vector<uint64_t> sizes;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    auto bad = [&](const std::string& what) { return checkpoint_error(path, "tensor '" + name + "': " + what); };
+    // A named copy: lambdas capture structured bindings only from C++20 (and Clang 14 refuses).
+    const std::string& tensor_name = name;
+    auto bad = [&](const std::string& what) { return checkpoint_error(path, "tensor '" + tensor_name + "': " + what); };
     if (name.empty()) throw checkpoint_error(path, "tensor names must not be empty");
     if (name == "__metadata__") throw bad("the name is reserved for the metadata block");
     if (!seen.insert(name).second) throw bad("the name appears twice");

@@ -17,7 +17,6 @@ BatchLoader::BatchLoader(const std::string& dir, const std::string& split, int64
       seq_len_(seq_len),
       global_batch_(global_batch),
       rank_(rank),
-      world_(world_size),
       seed_(seed),
       prefetch_(prefetch) {
   if (seq_len < 1 || global_batch < 1 || world_size < 1 || rank < 0 || rank >= world_size || prefetch < 0)

@@ -108,7 +108,7 @@ class BatchLoader {
 
   DataManifest manifest_;
   TokenStream stream_;
-  int64_t seq_len_, global_batch_, rank_, world_, rows_;
+  int64_t seq_len_, global_batch_, rank_, rows_;
   uint64_t seed_;
   int64_t windows_ = 0, val_windows_ = 0;
   bool shift_epochs_ = true;

@@ -313,7 +313,7 @@ TEST(Interop, ReadFileFromPython) {
   TensorMap want = interop_tensors();
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [name, w] : want) {
-    auto it = std::find_if(got.begin(), got.end(), [&](const auto& p) { return p.first == name; });
+    auto it = std::find_if(got.begin(), got.end(), [&name = name](const auto& p) { return p.first == name; });
     ASSERT_NE(it, got.end()) << name;
     expect_bit_equal(it->second, w, name);
   }

@@ -693,9 +693,14 @@ TEST_F(TrainCli, MuonClipHoldsTheLogitsMuonAloneLetsGrow) {
     return s;
   };
   EXPECT_GT(*std::max_element(alone.begin(), alone.end()), 5 * tau) << listed(alone);
-  // Clipped: never more than one update's growth above τ, and at τ once the run settles.
+  // Clipped: never more than one update's growth above τ, and at τ once the
+  // run settles: the median of the last 20 steps (single steps overshoot by
+  // one update, up to 1.39τ on another corpus of the same kind; Muon alone
+  // is past 10τ there).
   EXPECT_LT(*std::max_element(clipped.begin(), clipped.end()), 2 * tau) << listed(clipped);
-  EXPECT_LT(*std::max_element(clipped.begin() + 40, clipped.end()), 1.3 * tau) << listed(clipped);
+  std::vector<double> settled(clipped.begin() + 40, clipped.end());
+  std::nth_element(settled.begin(), settled.begin() + settled.size() / 2, settled.end());
+  EXPECT_LT(settled[settled.size() / 2], 1.2 * tau) << listed(clipped);
   if (::testing::Test::HasFailure() || std::getenv("KEEL_TEST_VERBOSE"))
     std::cout << "Muon alone: " << listed(alone) << "\nMuonClip:   " << listed(clipped) << "\n";
   int64_t rescaled = 0;
