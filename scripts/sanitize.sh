@@ -20,12 +20,17 @@ reuse=()
 if [ -f "$main/libkeel_core.a" ] && [ -x "$main/keel" ]; then
   reuse=(-DKEEL_REUSE_CORE="$main")
 fi
+# The normal build's compiler (Clang where scripts/setup.sh found it): its
+# library is linked in, and one compiler's sanitizer runtime serves both.
+compiler=()
+cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$main/CMakeCache.txt" 2>/dev/null || true)
+[ -n "$cxx" ] && compiler=(-DCMAKE_CXX_COMPILER="$cxx")
 if [ ! -f "$dir/build.ninja" ]; then
   say "configuring $dir (ASan + UBSan, -O1${reuse:+; LibTorch code and binary from $main})"
   mkdir -p "$dir"
   # shellcheck disable=SC2086
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
-    -DKEEL_SANITIZE=address,undefined -DKEEL_PARQUET=OFF "${reuse[@]}" ${CMAKE_ARGS:-} > "$dir/configure.log" 2>&1 ||
+    -DKEEL_SANITIZE=address,undefined -DKEEL_PARQUET=OFF "${reuse[@]}" "${compiler[@]}" ${CMAKE_ARGS:-} > "$dir/configure.log" 2>&1 ||
     { cat "$dir/configure.log"; exit 1; }
 fi
 start=$(date +%s)
