@@ -32,16 +32,16 @@ template <typename Bad>
 Manifest manifest_from_json(const ojson& j, const Bad& bad) {
   if (j.value("format", "") != kManifestFormat) throw bad("\"format\" is not \"" + std::string(kManifestFormat) + "\"");
   if (!j.contains("version") || !j.at("version").is_number_integer()) throw bad("missing integer \"version\"");
-  if (j.at("version").get<int>() != kManifestVersion)
-    throw bad("version " + std::to_string(j.at("version").get<int>()) + ", this build reads version " +
+  if (json_int<int>(j.at("version")) != kManifestVersion)
+    throw bad("version " + std::to_string(json_int<int>(j.at("version"))) + ", this build reads version " +
               std::to_string(kManifestVersion));
   if (j.value("checksum", "") != "crc32") throw bad("\"checksum\" is not \"crc32\"");
-  if (!j.contains("step") || !j.at("step").is_number_integer() || j.at("step").get<int64_t>() < 0)
+  if (!j.contains("step") || !j.at("step").is_number_integer() || json_int<int64_t>(j.at("step")) < 0)
     throw bad("missing non-negative integer \"step\"");
   if (!j.contains("files") || !j.at("files").is_array()) throw bad("missing array \"files\"");
 
   Manifest m;
-  m.step = j.at("step").get<int64_t>();
+  m.step = json_int<int64_t>(j.at("step"));
   std::set<std::string> seen;
   for (const auto& f : j.at("files")) {
     if (!f.is_object() || !f.contains("name") || !f.at("name").is_string() || !f.contains("size") ||
@@ -52,7 +52,7 @@ Manifest manifest_from_json(const ojson& j, const Bad& bad) {
     mf.name = f.at("name").get<std::string>();
     if (std::string why = check_checkpoint_file_name(mf.name); !why.empty()) throw bad("'" + mf.name + "': " + why);
     if (!seen.insert(mf.name).second) throw bad("'" + mf.name + "' is listed twice");
-    mf.size = f.at("size").get<uint64_t>();
+    mf.size = json_int<uint64_t>(f.at("size"));
     if (!parse_crc32_hex(f.at("crc32").get<std::string>(), &mf.crc32))
       throw bad("'" + mf.name + "': crc32 \"" + f.at("crc32").get<std::string>() + "\" is not 8 lowercase hex digits");
     m.files.push_back(mf);

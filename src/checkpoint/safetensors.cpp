@@ -107,16 +107,16 @@ Entry parse_entry(const std::string& path, const std::string& name, const ojson&
   if (sh == v.end() || !sh->is_array()) throw bad("missing array field \"shape\"");
   for (const auto& d : *sh) {
     if (!d.is_number_unsigned()) throw bad("shape " + json_excerpt(*sh) + " has an entry that is not a non-negative integer");
-    if (d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) throw bad("shape " + json_excerpt(*sh) + " is too large");
-    e.shape.push_back(d.get<int64_t>());
+    if (json_int<uint64_t>(d) > static_cast<uint64_t>(INT64_MAX)) throw bad("shape " + json_excerpt(*sh) + " is too large");
+    e.shape.push_back(json_int<int64_t>(d));
   }
 
   auto off = v.find("data_offsets");
   if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
       !(*off)[1].is_number_unsigned())
     throw bad("\"data_offsets\" must be [begin, end] with non-negative integers");
-  e.begin = (*off)[0].get<uint64_t>();
-  e.end = (*off)[1].get<uint64_t>();
+  e.begin = json_int<uint64_t>((*off)[0]);
+  e.end = json_int<uint64_t>((*off)[1]);
   if (e.end < e.begin) throw bad("data_offsets " + json_excerpt(*off) + " end before they begin");
 
   uint64_t need = byte_size(e.shape, e.dtype->itemsize, path, name);

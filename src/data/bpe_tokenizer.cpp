@@ -142,10 +142,10 @@ void BpeTokenizer::read_model(const nlohmann::json& m) {
   std::string bytes;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     const auto& v = it.value();
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= int64_t(kMaxVocab))
+    if (!v.is_number_integer() || json_int<int64_t>(v) < 0 || json_int<int64_t>(v) >= int64_t(kMaxVocab))
       throw DataError(w + ": model.vocab[" + json_excerpt(nlohmann::json(it.key()), 60) + "] = " + json_excerpt(v) +
                       " is not an id in [0, " + std::to_string(kMaxVocab) + ")");
-    const auto id = static_cast<size_t>(v.get<int64_t>());
+    const auto id = static_cast<size_t>(json_int<int64_t>(v));
     if (id >= id_bound_)
       throw DataError(w + ": model.vocab[" + json_excerpt(nlohmann::json(it.key()), 60) + "] = " + std::to_string(id) +
                       " is beyond the " + std::to_string(id_bound_) + " tokens the file has (ids are 0..n-1)");
@@ -214,14 +214,14 @@ void BpeTokenizer::read_added_tokens(const nlohmann::json& added) {
     const std::string path = "added_tokens[" + std::to_string(i) + "]";
     const auto& id = json_member(t, "id", path, w);
     const auto& content = json_member(t, "content", path, w);
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= int64_t(kMaxVocab))
+    if (!id.is_number_integer() || json_int<int64_t>(id) < 0 || json_int<int64_t>(id) >= int64_t(kMaxVocab))
       throw DataError(w + ": " + path + ".id = " + json_excerpt(id) + " is not an id");
     if (!content.is_string() || content.get<std::string>().empty())
       throw DataError(w + ": " + path + ".content must be a non-empty string");
     for (const char* flag : {"lstrip", "rstrip", "single_word"})
       if (t.contains(flag) && t[flag] == true)
         throw DataError(w + ": " + path + "." + flag + " is true; keel matches added tokens exactly as written");
-    const auto n = static_cast<size_t>(id.get<int64_t>());
+    const auto n = static_cast<size_t>(json_int<int64_t>(id));
     if (n >= id_bound_)
       throw DataError(w + ": " + path + ".id = " + std::to_string(n) + " is beyond the " + std::to_string(id_bound_) +
                       " tokens the file has (ids are 0..n-1)");

@@ -28,7 +28,7 @@ nlohmann::json split_json(const SplitStats& s) {
 }
 
 SplitStats split_from(const nlohmann::json& j) {
-  return {j.at("documents").get<int64_t>(), j.at("tokens").get<int64_t>(), j.at("text_bytes").get<int64_t>()};
+  return {json_int<int64_t>(j.at("documents")), json_int<int64_t>(j.at("tokens")), json_int<int64_t>(j.at("text_bytes"))};
 }
 
 }  // namespace
@@ -69,7 +69,7 @@ DataManifest data_manifest_from_json(const nlohmann::json& j, const std::string&
   DataManifest m;
   try {
     if (j.at("format").get<std::string>() != "keel-tokens") throw DataError(where + ": not a keel token manifest");
-    m.version = j.at("version").get<int>();
+    m.version = json_int<int>(j.at("version"));
     if (m.version != kDataManifestVersion)
       throw DataError(where + ": manifest version " + std::to_string(m.version) + "; this keel reads version " +
                       std::to_string(kDataManifestVersion) + " (re-run keel prepare --force)");
@@ -84,14 +84,14 @@ DataManifest data_manifest_from_json(const nlohmann::json& j, const std::string&
     ti.sha256 = t.at("sha256").get<std::string>();
     ti.origin = t.at("origin").get<std::string>();
     ti.type = t.at("type").get<std::string>();
-    ti.vocab_size = t.at("vocab_size").get<int64_t>();
+    ti.vocab_size = json_int<int64_t>(t.at("vocab_size"));
     const auto& ids = t.at("special_ids");
-    ti.pad_id = ids.at("pad").get<int32_t>();
-    ti.bos_id = ids.at("bos").get<int32_t>();
-    ti.eos_id = ids.at("eos").get<int32_t>();
-    ti.unk_id = ids.at("unk").get<int32_t>();
+    ti.pad_id = json_int<int32_t>(ids.at("pad"));
+    ti.bos_id = json_int<int32_t>(ids.at("bos"));
+    ti.eos_id = json_int<int32_t>(ids.at("eos"));
+    ti.unk_id = json_int<int32_t>(ids.at("unk"));
     ti.byte_fallback = t.at("byte_fallback").get<bool>();
-    ti.sample_bytes = t.at("sample_bytes").get<int64_t>();
+    ti.sample_bytes = json_int<int64_t>(t.at("sample_bytes"));
     ti.seconds = t.at("seconds").get<double>();
     m.dtype = j.at("dtype").get<std::string>();
     m.train = split_from(j.at("splits").at("train"));
@@ -100,12 +100,12 @@ DataManifest data_manifest_from_json(const nlohmann::json& j, const std::string&
     m.seconds = j.at("seconds").at("total").get<double>();
     m.tokenizer_seconds = j.at("seconds").at("tokenizer").get<double>();
     m.encode_seconds = j.at("seconds").at("encode").get<double>();
-    m.threads = j.at("threads").get<int64_t>();
+    m.threads = json_int<int64_t>(j.at("threads"));
     for (const auto& s : j.at("shards")) {
       ShardEntry e;
       e.file = s.at("file").get<std::string>();
       e.split = s.at("split").get<std::string>();
-      e.tokens = s.at("tokens").get<int64_t>();
+      e.tokens = json_int<int64_t>(s.at("tokens"));
       e.crc32 = static_cast<uint32_t>(std::stoul(s.at("crc32").get<std::string>(), nullptr, 16));
       if (e.split != "train" && e.split != "val") throw DataError(where + ": shard " + e.file + " has unknown split '" + e.split + "'");
       if (e.file.find('/') != std::string::npos) throw DataError(where + ": shard file '" + e.file + "' must be a plain name");
@@ -118,10 +118,10 @@ DataManifest data_manifest_from_json(const nlohmann::json& j, const std::string&
         throw DataError(where + ": source " + s.at("path").get<std::string>() + " has unknown compression '" +
                         compression + "'");
       m.sources.push_back({s.at("path").get<std::string>(), s.at("format").get<std::string>(), compression,
-                           s.at("bytes").get<int64_t>(), s.at("text_bytes").get<int64_t>(),
-                           s.at("documents").get<int64_t>()});
-      m.sources.back().train_tokens = s.value("train_tokens", int64_t{-1});
-      m.sources.back().entry = s.value("entry", int64_t{-1});
+                           json_int<int64_t>(s.at("bytes")), json_int<int64_t>(s.at("text_bytes")),
+                           json_int<int64_t>(s.at("documents"))});
+      m.sources.back().train_tokens = json_int_or<int64_t>(s, "train_tokens", int64_t{-1});
+      m.sources.back().entry = json_int_or<int64_t>(s, "entry", int64_t{-1});
     }
     m.settings = j.at("settings");
   } catch (const nlohmann::json::exception& e) {

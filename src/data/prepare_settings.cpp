@@ -5,6 +5,7 @@
 #include "config/config.h"
 #include "data/shard.h"
 #include "util/hashing.h"
+#include "util/json.h"
 
 namespace keel {
 
@@ -37,8 +38,8 @@ std::string describe_settings_change(const nlohmann::json& before, const nlohman
     if (before[key] == *it) continue;
     if (key == "sources" && before[key].is_array()) {
       std::map<std::string, int64_t> a, b;
-      for (const auto& s : before[key]) a[s.value("path", "")] = s.value("bytes", int64_t{0});
-      for (const auto& s : *it) b[s.value("path", "")] = s.value("bytes", int64_t{0});
+      for (const auto& s : before[key]) a[s.value("path", "")] = json_int_or<int64_t>(s, "bytes", int64_t{0});
+      for (const auto& s : *it) b[s.value("path", "")] = json_int_or<int64_t>(s, "bytes", int64_t{0});
       for (const auto& [path, bytes] : b) {
         if (!a.count(path)) out.push_back("source " + path + " added");
         else if (a[path] != bytes)

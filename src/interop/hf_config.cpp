@@ -118,11 +118,11 @@ class Fields {
     }
     // Sizes and counts: below 2^31, so products of two stay exact and a
     // hostile file cannot make keel allocate for 2^62 layers.
-    if (!j_[k].is_number_integer() || j_[k].get<int64_t>() < 0 || j_[k].get<int64_t>() > INT32_MAX) {
+    if (!j_[k].is_number_integer() || json_int<int64_t>(j_[k]) < 0 || json_int<int64_t>(j_[k]) > INT32_MAX) {
       e_.add("config.json: " + k, "expected a non-negative integer below 2^31, got " + json_excerpt(j_[k]));
       return 1;
     }
-    return j_[k].get<int64_t>();
+    return json_int<int64_t>(j_[k]);
   }
 
   double real(const std::string& k, double fallback) {
@@ -161,8 +161,8 @@ class Fields {
   int64_t token_id(const std::string& k) {
     if (!has(k)) return -1;
     const auto& v = j_[k];
-    if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int64_t>();  // eos lists
+    if (v.is_number_integer()) return json_int<int64_t>(v);
+    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return json_int<int64_t>(v[0]);  // eos lists
     return -1;
   }
 
@@ -197,10 +197,10 @@ std::vector<std::string> layer_types_of(const nlohmann::json& j, HfFamily f, int
     std::string t = "full_attention";
     if (f == HfFamily::gemma2 && (i + 1) % 2 != 0) t = "sliding_attention";  // Gemma 2: alternating
     if (f == HfFamily::gemma3) {
-      const int64_t pattern = j.value("sliding_window_pattern", int64_t{6});
+      const int64_t pattern = json_int_or<int64_t>(j, "sliding_window_pattern", int64_t{6});
       if (pattern > 0 && (i + 1) % pattern != 0) t = "sliding_attention";
     }
-    if (f == HfFamily::qwen3 && j.value("use_sliding_window", false) && i >= j.value("max_window_layers", int64_t{28}))
+    if (f == HfFamily::qwen3 && j.value("use_sliding_window", false) && i >= json_int_or<int64_t>(j, "max_window_layers", int64_t{28}))
       t = "sliding_attention";
     types.push_back(t);
   }

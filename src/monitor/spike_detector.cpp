@@ -1,4 +1,5 @@
 #include "monitor/spike_detector.h"
+#include "util/json.h"
 
 #include <cmath>
 #include <limits>
@@ -36,7 +37,7 @@ const nlohmann::json& field(const nlohmann::json& j, const char* key) {
 int64_t get_int(const nlohmann::json& j, const char* key) {
   const auto& v = field(j, key);
   require(v.is_number_integer(), std::string("spike state: '") + key + "' must be an integer");
-  return v.get<int64_t>();
+  return json_int<int64_t>(v);
 }
 
 double get_double(const nlohmann::json& j, const char* key) {

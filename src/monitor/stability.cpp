@@ -1,4 +1,5 @@
 #include "monitor/stability.h"
+#include "util/json.h"
 
 #include <cmath>
 
@@ -143,11 +144,11 @@ void StabilityMonitor::load_state(const nlohmann::json& s) {
   loss_score_.load_state(s.at("loss_score"));
   grad_score_.load_state(s.at("grad_score"));
   initial_loss_ = s.at("initial_loss").is_number() ? s["initial_loss"].get<double>() : NAN;
-  if (s.at("top_attn_layer").is_number()) top_attn_layer_ = s["top_attn_layer"].get<int64_t>();
-  diverged_step_ = s.at("diverged_step").get<int64_t>();
+  if (s.at("top_attn_layer").is_number()) top_attn_layer_ = json_int<int64_t>(s["top_attn_layer"]);
+  diverged_step_ = json_int<int64_t>(s.at("diverged_step"));
   diverged_reason_ = s.at("diverged_reason").get<std::string>();
   if (s.contains("logit_unstable_step")) {
-    logit_unstable_step_ = s["logit_unstable_step"].get<int64_t>();
+    logit_unstable_step_ = json_int<int64_t>(s["logit_unstable_step"]);
     if (s.contains("logit_unstable_value") && s["logit_unstable_value"].is_number())
       logit_unstable_value_ = s["logit_unstable_value"].get<double>();
   } else if (diverged_reason_.rfind("layer-0 max attention logit", 0) == 0) {

@@ -29,7 +29,7 @@ void read_metrics_so_far(const std::string& run_dir, PointRow& r) {
   for (std::string line; std::getline(in, line);) {
     const auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer()) continue;  // a line being written
-    r.steps = rec["step"].get<int64_t>();
+    r.steps = json_int<int64_t>(rec["step"]);
     if (rec.contains("loss") && rec["loss"].is_number()) {
       r.final_loss = rec["loss"].get<double>();
       if (std::isnan(r.initial_loss)) r.initial_loss = r.final_loss;

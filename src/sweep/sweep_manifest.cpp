@@ -224,8 +224,8 @@ class SummaryCheck {
     }
     const auto& v = o[key];
     if (nullable && v.is_null()) return;
-    const bool ok = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(INT64_MAX)
-                                           : v.is_number_integer() && v.get<int64_t>() >= 0;
+    const bool ok = v.is_number_unsigned() ? json_int<uint64_t>(v) <= uint64_t(INT64_MAX)
+                                           : v.is_number_integer() && json_int<int64_t>(v) >= 0;
     if (!ok) fail(prefix + key, "expected a non-negative whole number, got " + json_excerpt(v, 60));
   }
   void number_key(const nlohmann::json& o, const char* key, const std::string& prefix) const {
@@ -269,7 +269,7 @@ PointStatus point_status(const std::string& run_dir) {
     if (by == "completed" || by == "diverged" || by == "nonfinite" || by == "logit_unstable") {
       s.state = PointState::finished;
       s.stopped_by = by;
-      s.step = summary.value("steps", int64_t{0});
+      s.step = json_int_or<int64_t>(summary, "steps", int64_t{0});
       return s;
     }
   }

@@ -91,7 +91,7 @@ std::string record_problem(const nlohmann::json& rec) {
   if (!rec.is_object()) return "expected a JSON object (one record), got " + json_excerpt(rec, 60);
   if (!rec.contains("step")) return "the record has no \"step\"";
   const auto& step = rec["step"];
-  if (!(step.is_number_unsigned() || (step.is_number_integer() && step.get<int64_t>() >= 0)))
+  if (!(step.is_number_unsigned() || (step.is_number_integer() && json_int<int64_t>(step) >= 0)))
     return "\"step\" is " + json_excerpt(step, 60) + ", not a non-negative whole number";
   if (rec.contains("attn") && !rec["attn"].is_null()) {
     const auto& attn = rec["attn"];
@@ -183,8 +183,8 @@ std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann:
     PointRow r;
     r.name = p.at("name").get<std::string>();
     r.lr = p.value("lr", NAN);
-    r.seed = p.value("seed", int64_t{0});
-    r.max_steps = p.value("max_steps", int64_t{0});
+    r.seed = json_int_or<int64_t>(p, "seed", int64_t{0});
+    r.max_steps = json_int_or<int64_t>(p, "max_steps", int64_t{0});
     const FlatConfig config = index.config(r.name);
     if (config.count("model.vocab_size")) r.vocab_size = std::stoll(config.at("model.vocab_size"));
     const auto& labels = p.at("labels");
@@ -213,17 +213,17 @@ void read_run_summary(const std::string& run_dir, PointRow& r) {
     const std::string by = s.value("stopped_by", "");
     r.status = (by == "completed" || by == "diverged" || by == "nonfinite" || by == "logit_unstable") ? by
                                                                                                      : "interrupted";
-    r.steps = s.value("steps", int64_t{0});
+    r.steps = json_int_or<int64_t>(s, "steps", int64_t{0});
     r.final_loss = num(s, "final_loss");
     r.final_val_loss = num(s, "final_val_loss");
     r.best_val_loss = num(s, "best_val_loss");
     r.initial_loss = num(s, "initial_loss");
     r.diverged = s.value("diverged", false) || by == "nonfinite";
-    if (s.contains("diverged_step") && s["diverged_step"].is_number()) r.diverged_step = s["diverged_step"].get<int64_t>();
+    if (s.contains("diverged_step") && s["diverged_step"].is_number()) r.diverged_step = json_int<int64_t>(s["diverged_step"]);
     if (s.contains("diverged_reason") && s["diverged_reason"].is_string()) r.diverged_reason = s["diverged_reason"];
     r.logit_unstable = s.value("attn_logit_unstable", false);
     if (s.contains("attn_logit_unstable_step") && s["attn_logit_unstable_step"].is_number())
-      r.logit_unstable_step = s["attn_logit_unstable_step"].get<int64_t>();
+      r.logit_unstable_step = json_int<int64_t>(s["attn_logit_unstable_step"]);
     if (by == "nonfinite" && r.diverged_reason.empty()) {
       r.diverged_reason = "non-finite loss or gradient (train.nonfinite: halt)";
       r.diverged_step = r.steps;
@@ -233,16 +233,16 @@ void read_run_summary(const std::string& run_dir, PointRow& r) {
       r.spike_score_grad = num(s["spike_score_percent"], "grad_norm");
     }
     if (s.contains("spikes")) {
-      r.loss_spikes = s["spikes"].value("loss", int64_t{0});
-      r.grad_spikes = s["spikes"].value("grad_norm", int64_t{0});
+      r.loss_spikes = json_int_or<int64_t>(s["spikes"], "loss", int64_t{0});
+      r.grad_spikes = json_int_or<int64_t>(s["spikes"], "grad_norm", int64_t{0});
     }
     if (s.contains("max_attn_logit_per_layer") && s["max_attn_logit_per_layer"].is_array() &&
         !s["max_attn_logit_per_layer"].empty() && s["max_attn_logit_per_layer"][0].is_number())
       r.max_attn_logit_l0 = s["max_attn_logit_per_layer"][0].get<double>();
     r.final_mean_log_z = num(s, "final_mean_log_z");
     r.final_max_output_logit = num(s, "final_max_output_logit");
-    r.parameters = s.value("parameters", int64_t{0});
-    r.non_embedding_parameters = s.value("non_embedding_parameters", int64_t{0});
+    r.parameters = json_int_or<int64_t>(s, "parameters", int64_t{0});
+    r.non_embedding_parameters = json_int_or<int64_t>(s, "non_embedding_parameters", int64_t{0});
     r.tokens_per_s = num(s, "tokens_per_s");
     r.time_s = num(s, "time_s");
   }
@@ -473,8 +473,8 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
     m += "| started (UTC) | command | machine | points × threads | wall time |\n|---|---|---|---|---|\n";
     for (const auto& s : manifest["sessions"])
       m += "| " + s.value("started", std::string("?")) + " | `" + s.value("command", std::string("?")) + "` | " +
-           s.value("cpu", std::string("?")) + ", " + std::to_string(s.value("cores", 0)) + " cores | " +
-           std::to_string(s.value("parallel", 0)) + " × " + std::to_string(s.value("threads_per_point", 0)) + " | " +
+           s.value("cpu", std::string("?")) + ", " + std::to_string(json_int_or<int>(s, "cores", 0)) + " cores | " +
+           std::to_string(json_int_or<int>(s, "parallel", 0)) + " × " + std::to_string(json_int_or<int>(s, "threads_per_point", 0)) + " | " +
            (s.contains("wall_s") ? strf("%.1f min", s["wall_s"].get<double>() / 60) : std::string("(unfinished)")) +
            " |\n";
     m += "\n";

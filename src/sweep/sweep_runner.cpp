@@ -29,6 +29,7 @@
 #include "util/log.h"
 #include "util/text.h"
 #include "util/utf8.h"
+#include "util/json.h"
 
 extern char** environ;
 
@@ -67,7 +68,7 @@ int64_t last_logged_step(const std::string& path) {
     auto rec = nlohmann::json::parse(line, nullptr, false);
     // A hostile or torn record is no step: progress, not a reason to stop.
     if (!rec.is_discarded() && rec.is_object() && rec.contains("step") && rec["step"].is_number_integer())
-      return rec["step"].get<int64_t>();
+      return json_int<int64_t>(rec["step"]);
     if (start == std::string::npos || start == 0) break;
     end = start;
   }

@@ -1,6 +1,7 @@
 #include "train/data_skips.h"
 
 #include "util/error.h"
+#include "util/json.h"
 
 namespace keel {
 
@@ -33,11 +34,11 @@ void DataSkips::load_state(const nlohmann::json& extra, const std::string& where
   std::vector<SkipRange> ranges;
   for (const auto& r : list) {
     auto field = [&](const char* name, int64_t least) {
-      if (!r.is_object() || !r.contains(name) || !r[name].is_number_integer() || r[name].get<int64_t>() < least ||
-          r[name].get<int64_t>() > (int64_t{1} << 40))
+      if (!r.is_object() || !r.contains(name) || !r[name].is_number_integer() || json_int<int64_t>(r[name]) < least ||
+          json_int<int64_t>(r[name]) > (int64_t{1} << 40))
         throw CheckpointError(where + ": data_skips has a range whose \"" + name + "\" is not an integer >= " +
                               std::to_string(least));
-      return r[name].get<int64_t>();
+      return json_int<int64_t>(r[name]);
     };
     ranges.push_back({field("after_step", 0), field("batches", 1), field("spike_step", 0)});
   }

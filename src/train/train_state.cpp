@@ -160,8 +160,8 @@ TrainState load_unchecked(const std::string& dir, Transformer& model, Optimizer*
   }
   if (saved_config_yaml) *saved_config_yaml = meta.value("config", "");
   TrainState s;
-  s.step = meta.at("step").get<int64_t>();
-  s.tokens = meta.at("tokens").get<int64_t>();
+  s.step = json_int<int64_t>(meta.at("step"));
+  s.tokens = json_int<int64_t>(meta.at("tokens"));
   s.extra = meta.value("extra", nlohmann::json::object());
   return s;
 }

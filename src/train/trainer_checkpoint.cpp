@@ -10,6 +10,7 @@
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/text.h"
+#include "util/json.h"
 
 namespace keel {
 // --resume auto: the newest valid checkpoint (newer broken ones are reported
@@ -59,7 +60,7 @@ void Trainer::restore_checkpoint(const std::string& dir, bool branch, const std:
   // resumes the same run; only ranks the checkpoint has no generator state
   // for start from seeded generators (keel's training step draws no random
   // numbers, so nothing it computes changes).
-  const int saved_world = state.extra.value("world_size", 1);
+  const int saved_world = json_int_or<int>(state.extra, "world_size", 1);
   if (saved_world != dist_->world())
     run_->log->warn(strf("resuming a run saved by %d rank(s) on %d: same global batch and data order%s", saved_world,
                          dist_->world(), dist_->world() > saved_world ? "; new ranks get seeded generators" : ""));
@@ -78,7 +79,7 @@ void Trainer::restore_checkpoint(const std::string& dir, bool branch, const std:
       throw CheckpointError(dir + "/state.json: device_counters is not the list of numbers this keel saves");
   }
   if (extra.contains("nonfinite_steps")) {
-    nonfinite_seen_ = extra["nonfinite_steps"].get<int64_t>();
+    nonfinite_seen_ = json_int<int64_t>(extra["nonfinite_steps"]);
     counters_->set_nonfinite_steps(nonfinite_seen_);
   }
   if (extra.contains("stability")) {
@@ -88,7 +89,7 @@ void Trainer::restore_checkpoint(const std::string& dir, bool branch, const std:
       stability["max_attn_logit_per_layer"] = extra["max_attn_logit_per_layer"];
     stability_->load_state(stability);
   }
-  if (extra.contains("spike_skips")) spike_skips_ = extra["spike_skips"].get<int64_t>();
+  if (extra.contains("spike_skips")) spike_skips_ = json_int<int64_t>(extra["spike_skips"]);
   data_skips_.load_state(extra, dir + "/state.json");
   if (branch) branch_off(dir, start_step_, why);
   truncate_logs_after(start_step_);
@@ -104,7 +105,7 @@ std::string lines_up_to_step(const std::string& path, int64_t step, bool after =
     if (line.empty()) continue;
     auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     const bool later = !rec.is_discarded() && rec.is_object() && rec.contains("step") &&
-                       rec["step"].is_number_integer() && rec["step"].get<int64_t>() > step;
+                       rec["step"].is_number_integer() && json_int<int64_t>(rec["step"]) > step;
     if (later == after) kept += line + "\n";
   }
   return kept;

@@ -474,7 +474,7 @@ TEST_F(TrainCli, OverwriteRefusesADirectoryThatIsNotARun) {
   const std::string dir = run_path("plainnotrun");
   keel::ensure_directory(dir);
   write(dir + "/a.txt", "not keel's");
-  for (const std::string extra : {std::string(kQuickRun) + kOverwrite, std::string(kQuickRun)}) {
+  for (const std::string& extra : {std::string(kQuickRun) + kOverwrite, std::string(kQuickRun)}) {
     SCOPED_TRACE(extra);
     EXPECT_EQ(run_keel(args("plainnotrun", extra), &out), 2) << out;
     EXPECT_NE(out.find(dir), std::string::npos) << out;
