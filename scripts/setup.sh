@@ -77,8 +77,8 @@ fi
 jobs=${KEEL_JOBS:-$(nproc)}
 target=${KEEL_BUILD_TARGET:-keel}
 case $target in
-  keel) estimate="about 3 minutes on 2 cores the first time, seconds after" ;;
-  *) estimate="about 7 minutes on 2 cores the first time (the test programs too)" ;;
+  keel) estimate="3-6 minutes on 2 cores the first time, seconds after" ;;
+  *) estimate="6-11 minutes on 2 cores the first time (the test programs too)" ;;
 esac
 say "building $target with $jobs jobs ($estimate)"
 cmake --build "$build_dir" -j "$jobs" --target "$target"
