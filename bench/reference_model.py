@@ -405,7 +405,7 @@ def language_model_loss(logits: torch.Tensor, targets: torch.Tensor, z_loss: flo
 
 
 def wants_weight_decay(name: str, train: dict) -> bool:
-    """src/train/optimizer.cpp: no decay for norm parameters, biases, the l2
+    """src/optim/optimizer.cpp: no decay for norm parameters, biases, the l2
     temperature and (unless train.decay_embeddings) the embedding."""
     leaf = name.rsplit(".", 1)[-1]
     if "norm" in name or leaf.endswith("bias") or leaf == "temperature":

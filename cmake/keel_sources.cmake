@@ -32,10 +32,10 @@ set(KEEL_TENSOR_SOURCES
   src/train/init_from.cpp
   src/train/metrics_logger.cpp
   src/train/model_stats.cpp
-  src/train/muon.cpp
+  src/optim/muon.cpp
   src/train/op_counter.cpp
-  src/train/optimizer.cpp
-  src/train/qk_clip.cpp
+  src/optim/optimizer.cpp
+  src/optim/qk_clip.cpp
   src/train/step_runner.cpp
   src/train/train_state.cpp
   src/train/trainer.cpp

@@ -53,7 +53,7 @@ KEEL_CHOICE(NonfinitePolicy, "halt", "skip");
 enum class DistBackend { automatic, nccl, gloo };
 KEEL_CHOICE(DistBackend, "auto", "nccl", "gloo");
 
-// Muon for the 2-D weights of the attention and MLP linears (train/muon.h).
+// Muon for the 2-D weights of the attention and MLP linears (optim/muon.h).
 struct MuonConfig {
   double momentum = 0.95;                  // μ of the (Nesterov) momentum buffer
   bool nesterov = true;

@@ -25,7 +25,7 @@
 #include "data/loader.h"
 #include "model/transformer.h"
 #include "train/device.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace keel {
 

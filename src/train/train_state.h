@@ -18,7 +18,7 @@
 
 #include "config/config.h"
 #include "model/transformer.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace keel {
 

@@ -15,8 +15,8 @@
 #include "distributed/dist_env.h"
 #include "train/init_from.h"
 #include "train/model_stats.h"
-#include "train/qk_clip.h"
-#include "train/schedule.h"
+#include "optim/qk_clip.h"
+#include "optim/schedule.h"
 #include "train/trainer_impl.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -339,7 +339,7 @@ nlohmann::json Trainer::per_layer_grad_norms() {
   return out;
 }
 
-// QK-clip (train/qk_clip.h) after the update, from the per-head maximum
+// QK-clip (optim/qk_clip.h) after the update, from the per-head maximum
 // logits the step's forwards recorded; ranks take the maximum over all ranks
 // so that every replica applies the same rescaling.
 void Trainer::apply_qk_clip() {

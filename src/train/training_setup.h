@@ -9,7 +9,7 @@
 #include "model/model_size.h"
 #include "model/transformer.h"
 #include "train/device.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 #include "train/step_runner.h"
 
 namespace keel {

@@ -37,7 +37,7 @@
 #include "data/parquet_writer.h"
 #endif
 #include "test_util.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 #include "train/train_state.h"
 #include "util/error.h"
 #include "util/fs.h"

@@ -12,7 +12,7 @@
 #include "model/init.h"
 #include "test_util.h"
 #include "train/device.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 #include "train/step_runner.h"
 #include "train/train_state.h"
 #include "util/fs.h"

@@ -8,7 +8,7 @@
 #include "config/config.h"
 #include "feature_configs.h"
 #include "test_util.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 #include "util/fs.h"
 
 using namespace keel_model_test;

@@ -7,8 +7,8 @@
 #include "test_model_reference.h"
 
 #include "model/sigma_reparam.h"
-#include "train/optimizer.h"
-#include "train/qk_clip.h"
+#include "optim/optimizer.h"
+#include "optim/qk_clip.h"
 
 using namespace keel_model_test;
 

@@ -14,7 +14,7 @@
 
 #include "model/init.h"
 #include "train/device.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 #include "train/step_runner.h"
 
 using namespace keel;

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "test_util.h"
-#include "train/schedule.h"
+#include "optim/schedule.h"
 
 using namespace keel;
 

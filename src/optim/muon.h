@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace keel {
 

@@ -16,7 +16,7 @@
 #include "config/config.h"
 #include "model/init.h"
 #include "test_util.h"
-#include "train/muon.h"
+#include "optim/muon.h"
 
 using namespace keel;
 

@@ -1,4 +1,4 @@
-#include "train/qk_clip.h"
+#include "optim/qk_clip.h"
 
 namespace keel {
 

@@ -1,6 +1,6 @@
 // The optimizers: AdamW with decoupled weight decay and two parameter groups
 // (decay / no decay), on LibTorch's fused kernel or a readable reference
-// loop that the tests hold the fused kernel to; and (train/muon.h) Muon on
+// loop that the tests hold the fused kernel to; and (optim/muon.h) Muon on
 // the linears with AdamW on the rest. `make_optimizer` picks by
 // train.optimizer.
 #pragma once

@@ -6,7 +6,7 @@
 
 #include "model/init.h"
 #include "test_util.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 #include "train/step_runner.h"
 
 using namespace keel;

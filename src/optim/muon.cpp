@@ -1,4 +1,4 @@
-#include "train/muon.h"
+#include "optim/muon.h"
 
 #include <cmath>
 #include <set>

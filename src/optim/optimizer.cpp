@@ -1,9 +1,9 @@
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 #include <cmath>
 #include <stdexcept>
 
-#include "train/muon.h"
+#include "optim/muon.h"
 #include "util/error.h"
 #include "util/log.h"
 
