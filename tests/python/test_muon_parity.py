@@ -1,6 +1,6 @@
 """keel's Muon against torch.optim.Muon (issue 21).
 
-keel's side is Interop.KeelMuon in tests/train/test_muon.cpp: it takes the
+keel's side is Interop.KeelMuon in tests/optim/test_muon.cpp: it takes the
 same weights, draws the same gradients (torch.manual_seed(seed + step), then
 torch.randn per parameter in name order: one generator in LibTorch and
 PyTorch), runs keel's optimizer and writes the weights after the first and
