@@ -15,6 +15,7 @@
 #include "checkpoint/safetensors.h"
 #include "config/config.h"
 #include "model/init.h"
+#include "optim/optim_test_util.h"
 #include "test_util.h"
 #include "optim/muon.h"
 
@@ -31,29 +32,9 @@ TrainConfig muon_config() {
   return t;
 }
 
-ModelConfig tiny_model() {
-  ModelConfig m;
-  m.vocab_size = 50;
-  m.pad_vocab_multiple = 64;
-  m.max_seq_len = 8;
-  m.d_model = 16;
-  m.n_layers = 2;
-  m.n_heads = 2;
-  m.n_kv_heads = 1;
-  m.qk_norm.type = NormKind::rms;
-  return m;
-}
-
-std::vector<NamedParam> named(Transformer& model) {
-  std::vector<NamedParam> out;
-  for (auto& p : model->named_parameters(true)) out.push_back({p.key(), p.value()});
-  return out;
-}
-
-void set_grads(std::vector<NamedParam>& ps, int64_t seed) {
-  torch::manual_seed(seed);
-  for (auto& p : ps) p.param.mutable_grad() = torch::randn_like(p.param);
-}
+ModelConfig tiny_model() { return keel_test::tiny_optim_model(); }
+using keel_test::named;
+using keel_test::set_grads;
 
 // U diag(s) Vᵀ with random orthogonal U, V and singular values s log-spaced in [lo, 1].
 torch::Tensor with_spectrum(int64_t m, int64_t n, double lo, int64_t seed) {

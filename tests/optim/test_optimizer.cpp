@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "model/init.h"
+#include "optim/optim_test_util.h"
 #include "test_util.h"
 #include "optim/optimizer.h"
 #include "train/step_runner.h"
@@ -24,29 +25,9 @@ TrainConfig adam_config(const std::string& impl) {
   return t;
 }
 
-ModelConfig tiny_model() {
-  ModelConfig m;
-  m.vocab_size = 50;
-  m.pad_vocab_multiple = 64;
-  m.max_seq_len = 8;
-  m.d_model = 16;
-  m.n_layers = 2;
-  m.n_heads = 2;
-  m.n_kv_heads = 1;
-  m.qk_norm.type = NormKind::rms;
-  return m;
-}
-
-std::vector<NamedParam> named(Transformer& model) {
-  std::vector<NamedParam> out;
-  for (auto& p : model->named_parameters(true)) out.push_back({p.key(), p.value()});
-  return out;
-}
-
-void set_grads(std::vector<NamedParam>& ps, int64_t seed) {
-  torch::manual_seed(seed);
-  for (auto& p : ps) p.param.mutable_grad() = torch::randn_like(p.param);
-}
+ModelConfig tiny_model() { return keel_test::tiny_optim_model(); }
+using keel_test::named;
+using keel_test::set_grads;
 
 }  // namespace
 
