@@ -21,11 +21,13 @@ set(KEEL_TENSOR_SOURCES
   src/model/init.cpp
   src/model/model_size.cpp
   src/model/norm.cpp
+  src/model/param_scalings.cpp
   src/model/rope.cpp
   src/model/sigma_reparam.cpp
   src/model/transformer.cpp
   src/monitor/stability.cpp
   src/train/bench.cpp
+  src/train/coord_check.cpp
   src/train/device.cpp
   src/train/device_counters.cpp
   src/train/evaluator.cpp
@@ -45,7 +47,8 @@ set(KEEL_TENSOR_SOURCES
   src/train/training_setup.cpp
 )
 # The command-line files that use LibTorch (keel_cli: the precompiled header for these only).
-set(KEEL_CLI_TENSOR_SOURCES src/cli/cmd_sample.cpp src/cli/cmd_smoke.cpp)
+set(KEEL_CLI_TENSOR_SOURCES src/cli/cmd_sample.cpp src/cli/cmd_smoke.cpp src/cli/cmd_params.cpp
+    src/cli/cmd_coordcheck.cpp)
 # The tensor files that read files a user hands keel (safetensors, checkpoint
 # state): instrumented in the sanitizer build even where it reuses the rest
 # of keel_core uninstrumented (KEEL_REUSE_CORE).

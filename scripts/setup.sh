@@ -43,7 +43,10 @@ fi
 # The first command needs requirements.txt; scripts/test.sh asks for
 # requirements-test.txt (KEEL_REQUIREMENTS), which adds the test packages.
 req=${KEEL_REQUIREMENTS:-scripts/requirements.txt}
-req_hash=$(cat "$req" scripts/requirements.txt | sha256sum | cut -c1-16)
+# A test install also adds requirements-test-nodeps.txt without dependencies.
+nodeps=""
+[ "$req" = scripts/requirements-test.txt ] && nodeps=scripts/requirements-test-nodeps.txt
+req_hash=$(cat "$req" scripts/requirements.txt $nodeps | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.keel-requirements 2>/dev/null)" != "$req_hash" ]; then
   if .venv/bin/python -c "import torch" 2>/dev/null; then
     say "installing Python packages from $req (PyTorch is already there: a minute or less)"
@@ -52,6 +55,7 @@ if [ "$(cat .venv/.keel-requirements 2>/dev/null)" != "$req_hash" ]; then
         "(the long part of the first run: 2-6 minutes on a fast link, about 1.5 minutes from pip's cache)"
   fi
   .venv/bin/pip install --quiet --disable-pip-version-check -r "$req"
+  if [ -n "$nodeps" ]; then .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -r "$nodeps"; fi
   echo "$req_hash" > .venv/.keel-requirements
 else
   say "Python packages: up to date"

@@ -52,6 +52,8 @@ enum class NonfinitePolicy { halt, skip };
 KEEL_CHOICE(NonfinitePolicy, "halt", "skip");
 enum class DistBackend { automatic, nccl, gloo };
 KEEL_CHOICE(DistBackend, "auto", "nccl", "gloo");
+enum class Parametrization { standard, mup, completep };
+KEEL_CHOICE(Parametrization, "standard", "mup", "completep");
 
 // Muon for the 2-D weights of the attention and MLP linears (optim/muon.h).
 struct MuonConfig {
@@ -86,6 +88,16 @@ struct InitConfig {
   std::optional<double> truncate;          // truncate at +-k std; null: no truncation
 };
 
+// µP (Yang et al. 2022) and CompleteP (Dey et al. 2025): the base model the
+// hyperparameters were tuned on (model/parametrization.h). With the base equal
+// to the model every rule is the identity.
+struct MupConfig {
+  int64_t base_width = 0;                  // d_model of the base model; 0 = model.d_model
+  int64_t base_head_dim = 0;               // head_dim of the base; 0 = base_width / n_heads (same head count)
+  int64_t base_depth = 0;                  // completep: n_layers of the base; 0 = model.n_layers
+  double depth_alpha = 1.0;                // completep: residual branches x (base_depth/n_layers)^alpha
+};
+
 struct ModelConfig {
   int64_t vocab_size = 4096;
   int64_t pad_vocab_multiple = 64;
@@ -114,6 +126,8 @@ struct ModelConfig {
   std::optional<double> attn_logit_clamp;  // scores clipped to [-c, c] before softmax; null = off
   bool sigma_reparam = false;              // sigmaReparam on attention and MLP linears (Zhai et al. 2023)
   InitConfig init;
+  Parametrization parametrization = Parametrization::standard;  // standard | mup | completep
+  MupConfig mup;
 
   int64_t head_dim() const { return n_heads > 0 ? d_model / n_heads : 0; }
   int64_t padded_vocab() const {
@@ -221,6 +235,12 @@ void declare_monitor_keys(Schema& s, MonitorConfig& m);
 void declare_checkpoint_keys(Schema& s, CheckpointConfig& c);
 void declare_dist_keys(Schema& s, DistConfig& d);
 void declare_run_keys(Schema& s, RunConfig& r);
+
+// The base model of model.parametrization mup/completep: d_model =
+// mup.base_width, head_dim = mup.base_head_dim (n_heads and n_kv_heads scaled
+// with it), an explicit d_ff scaled by the width ratio, n_layers =
+// mup.base_depth (completep). The model itself under standard.
+ModelConfig base_model_config(const ModelConfig& m);
 
 // Cross-key checks that a single key's bounds cannot express.
 void check_model(const ModelConfig& m, ConfigErrors& errors);

@@ -107,9 +107,98 @@ void declare_model_keys(Schema& s, ModelConfig& m) {
                              "truncate the normal at +-k std; null = no truncation");
   tr.min = 0;
   tr.min_exclusive = true;
+  s.choice("model.parametrization", &m.parametrization, {},
+           "standard; mup (Yang et al. 2022): init, AdamW LR and weight decay of hidden matrices by fan-in ratio, "
+           "logits x base_width/d_model, attention scale 1/head_dim with a base; completep (Dey et al. 2025): "
+           "mup plus residual branches x (base_depth/n_layers)^alpha with its LR and AdamW eps rules "
+           "(docs/reference.md#mup-and-completep)");
+  s.integer("model.mup.base_width", &m.mup.base_width, "d_model of the base model the LR was tuned on; 0 = d_model")
+      .min = 0;
+  s.integer("model.mup.base_head_dim", &m.mup.base_head_dim,
+            "head_dim of the base model; 0 = base_width/n_heads (the base has the same number of heads)")
+      .min = 0;
+  s.integer("model.mup.base_depth", &m.mup.base_depth, "completep: n_layers of the base model; 0 = n_layers").min = 0;
+  auto& da = s.real("model.mup.depth_alpha", &m.mup.depth_alpha,
+                    "completep: residual branches x (base_depth/n_layers)^alpha; 1 = CompleteP, 0.5 = depth-muP");
+  da.min = 0.5;
+  da.max = 1.0;
 }
 
+ModelConfig base_model_config(const ModelConfig& m) {
+  ModelConfig b = m;
+  if (m.parametrization == Parametrization::standard) return b;
+  const int64_t width = m.mup.base_width > 0 ? m.mup.base_width : m.d_model;
+  const int64_t head_dim = m.mup.base_head_dim > 0 ? m.mup.base_head_dim
+                           : m.n_heads > 0        ? width / m.n_heads
+                                                  : 0;
+  b.d_model = width;
+  if (head_dim > 0 && m.n_heads > 0) {
+    b.n_heads = width / head_dim;
+    b.n_kv_heads = m.n_kv_heads * b.n_heads / m.n_heads;
+  }
+  if (m.d_ff > 0 && m.d_model > 0) b.d_ff = m.d_ff * width / m.d_model;
+  if (m.parametrization == Parametrization::completep && m.mup.base_depth > 0) b.n_layers = m.mup.base_depth;
+  b.mup = MupConfig{};
+  b.parametrization = Parametrization::standard;
+  return b;
+}
+
+namespace {
+
+// model.parametrization mup/completep: the base model must be a model keel
+// can build, and knobs that undo or fight the width rules are refused.
+void check_parametrization(const ModelConfig& m, ConfigErrors& e) {
+  const auto& u = m.mup;
+  const std::string p = name_of(m.parametrization);
+  if (m.parametrization == Parametrization::standard) {
+    const MupConfig d;
+    if (u.base_width != d.base_width || u.base_head_dim != d.base_head_dim || u.base_depth != d.base_depth ||
+        u.depth_alpha != d.depth_alpha)
+      e.add("model.mup", "only used with model.parametrization: mup or completep (got standard)");
+    return;
+  }
+  if (m.parametrization == Parametrization::mup && (u.base_depth != 0 || u.depth_alpha != 1.0))
+    e.add("model.mup.base_depth", "depth transfer (base_depth, depth_alpha) needs model.parametrization: completep");
+  if (m.n_heads <= 0 || m.d_model % m.n_heads != 0) return;  // reported above
+  const int64_t width = u.base_width > 0 ? u.base_width : m.d_model;
+  const int64_t head_dim = u.base_head_dim > 0 ? u.base_head_dim : width / m.n_heads;
+  if (u.base_head_dim == 0 && width % m.n_heads != 0)
+    e.add("model.mup.base_width", std::to_string(width) + " is not divisible by model.n_heads = " +
+                                      std::to_string(m.n_heads) + " (the base model keeps the head count)");
+  else if (width % head_dim != 0)
+    e.add("model.mup.base_head_dim", std::to_string(head_dim) + " does not divide model.mup.base_width = " +
+                                         std::to_string(width));
+  else if ((m.n_kv_heads * (width / head_dim)) % m.n_heads != 0 || m.n_kv_heads * (width / head_dim) < m.n_heads)
+    e.add("model.mup.base_head_dim", "the base model's " + std::to_string(width / head_dim) +
+                                         " query heads cannot keep the ratio n_heads/n_kv_heads = " +
+                                         std::to_string(m.n_heads) + "/" + std::to_string(m.n_kv_heads));
+  else if (m.rope && head_dim % 2 != 0)
+    e.add("model.mup.base_head_dim", "the base head_dim " + std::to_string(head_dim) + " is odd; RoPE rotates pairs");
+  if (m.d_ff > 0 && (m.d_ff * width) % m.d_model != 0)
+    e.add("model.d_ff", std::to_string(m.d_ff) + " x base_width/d_model = " + std::to_string(m.d_ff) + " x " +
+                            std::to_string(width) + "/" + std::to_string(m.d_model) +
+                            " is not a whole number: the base model's MLP width is undefined");
+  if (m.sigma_reparam)
+    e.add("model.sigma_reparam", "conflicts with model.parametrization: " + p +
+                                     ": sigmaReparam fixes each weight's spectral norm to a learned gamma, which "
+                                     "overrides the width-dependent init and update sizes muP sets");
+  if (m.embed_norm == EmbedNorm::scale_sqrt_d)
+    e.add("model.embed_norm", "scale_sqrt_d conflicts with model.parametrization: " + p +
+                                  ": a sqrt(d_model) multiplier makes the embedding output grow with width, "
+                                  "which muP keeps constant (use none, layernorm or rmsnorm)");
+  if (m.query_pre_attn_scalar)
+    e.add("model.query_pre_attn_scalar", "conflicts with model.parametrization: " + p +
+                                             ", which sets the attention scale to sqrt(base_head_dim)/head_dim");
+  if (m.parametrization == Parametrization::completep && m.norm_placement == NormPlacement::post)
+    e.add("model.norm_placement", "post conflicts with model.parametrization: completep: depth-muP scales "
+                                  "residual branches on an identity residual stream, which Post-LN's norm after "
+                                  "every addition removes (use pre, reordered or sandwich)");
+}
+
+}  // namespace
+
 void check_model(const ModelConfig& m, ConfigErrors& e) {
+  check_parametrization(m, e);
   if (m.n_heads > 0 && m.d_model % m.n_heads != 0)
     e.add("model.d_model", std::to_string(m.d_model) + " is not divisible by model.n_heads = " +
                                std::to_string(m.n_heads));

@@ -34,6 +34,12 @@ TensorMap hf_tensors(Transformer& model, const ModelConfig& m, HfFamily family, 
   // Gemma's classes compute 1 + w, the others w.
   const double keel_offset = m.norm_unit_offset ? 1.0 : 0.0;
   const double hf_offset = hf_family_info(family).unit_offset_norms ? 1.0 : 0.0;
+  const auto folds = hf_fold_factors(m);  // µP/CompleteP multipliers, into the tensors
+  auto fold_of = [&](const std::string& name) {
+    for (const auto& [keel_name, factor] : folds)
+      if (keel_name == name) return factor;
+    return 1.0;
+  };
   TensorMap out;
   for (const auto& n : hf_tensor_names(m, family)) {
     torch::Tensor t;
@@ -44,7 +50,13 @@ TensorMap hf_tensors(Transformer& model, const ModelConfig& m, HfFamily family, 
       if (!p) throw CheckpointError("model has no parameter '" + n.keel + "' (needed for " + n.hf + ")");
       t = p->detach().to(torch::kCPU);
       if (n.role == TensorRole::vocab_rows) t = t.narrow(0, 0, m.vocab_size);
-      if (n.role == TensorRole::norm_gain && keel_offset != hf_offset) t = t + (keel_offset - hf_offset);
+      const double fold = fold_of(n.keel);
+      if (n.role == TensorRole::norm_gain) {
+        if (fold != 1.0) t = (t.to(torch::kFloat64) + keel_offset) * fold - keel_offset;  // the effective gain x fold
+        if (keel_offset != hf_offset) t = t + (keel_offset - hf_offset);
+      } else if (fold != 1.0) {
+        t = t.to(torch::kFloat64) * fold;
+      }
     }
     if (t.sizes() != c10::IntArrayRef(n.hf_shape))
       throw CheckpointError("tensor '" + n.keel + "' has shape " + c10::str(t.sizes()) + ", " + n.hf +

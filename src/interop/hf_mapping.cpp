@@ -3,6 +3,8 @@
 #include <cmath>
 #include <set>
 
+#include "model/parametrization.h"
+
 namespace keel {
 
 namespace {
@@ -34,8 +36,10 @@ bool hf_mapping_reads(const std::string& key) {
       "model.qk_norm.type", "model.qk_norm.scope", "model.qk_norm.position", "model.qk_norm.gain",
       "model.qk_norm.gain_per_head", "model.qk_norm.bias", "model.qk_norm.eps",
       "model.qk_norm.temperature_learnable", "model.qk_norm.temperature_per_head",
-      "model.qk_norm.temperature_init", "model.qk_norm.henry_seq_len"};
-  return keys.count(key) > 0 || key.rfind("model.init.", 0) == 0;
+      "model.qk_norm.temperature_init", "model.qk_norm.henry_seq_len",
+      // Folded into the exported tensors (hf_fold_factors) or refused below.
+      "model.parametrization"};
+  return keys.count(key) > 0 || key.rfind("model.init.", 0) == 0 || key.rfind("model.mup.", 0) == 0;
 }
 
 namespace {
@@ -143,7 +147,18 @@ ConfigErrors hf_export_refusals(const ModelConfig& m, HfFamily* family_out) {
             num(*m.query_pre_attn_scalar) + ": " + name + " scales scores by head_dim^-0.5 (head_dim = " +
                 std::to_string(m.head_dim()) + "); only Gemma has query_pre_attn_scalar");
   }
-  // 4. Any other model key (one added later included) that is not at its
+  // 4. µP/CompleteP multipliers that have no tensor to live in.
+  if (m.parametrization != Parametrization::standard) {
+    const ForwardScaling f = forward_scaling(m);
+    if (f.output_mult != 1.0 && m.tie_embeddings)
+      e.add("model.tie_embeddings",
+            "true with model.parametrization: " + name_of(m.parametrization) + " and base_width != d_model: the "
+            "readout multiplier " + num(f.output_mult) + " cannot be folded into a head shared with the embedding");
+    if (f.attn_scale && m.qk_norm.type != NormKind::none && !m.qk_norm.gain)
+      e.add("model.qk_norm.gain", "false with model.parametrization: " + name_of(m.parametrization) +
+                                      ": the muP attention scale is folded into the q gain, which this model lacks");
+  }
+  // 5. Any other model key (one added later included) that is not at its
   // default changes the computation in a way these classes do not have.
   Config with, defaults;
   with.model = m;
@@ -227,6 +242,35 @@ std::vector<HfTensorName> hf_tensor_names(const ModelConfig& m, HfFamily family)
   }
   add("final_norm.weight", "model.norm.weight", TensorRole::norm_gain, {C});
   if (!m.tie_embeddings) add("lm_head", "lm_head.weight", TensorRole::vocab_rows, {V, C});
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> hf_fold_factors(const ModelConfig& m) {
+  std::vector<std::pair<std::string, double>> out;
+  if (m.parametrization == Parametrization::standard) return out;
+  const ForwardScaling f = forward_scaling(m);
+  if (f.output_mult != 1.0 && !m.tie_embeddings) out.emplace_back("lm_head", f.output_mult);
+  for (int64_t i = 0; i < m.n_layers; ++i) {
+    const std::string k = "blocks." + std::to_string(i) + ".";
+    if (f.attn_scale) {
+      // Scores x c with c = scale * sqrt(head_dim): q x c (RoPE is linear), or the q gain x c.
+      const double c = *f.attn_scale * std::sqrt(static_cast<double>(m.head_dim()));
+      if (m.qk_norm.type != NormKind::none) {
+        out.emplace_back(k + "attn.q_norm.weight", c);
+      } else {
+        out.emplace_back(k + "attn.wq", c);
+        if (m.bias) out.emplace_back(k + "attn.wq_bias", c);
+      }
+    }
+    if (f.residual_mult != 1.0) {
+      std::vector<std::string> last;
+      if (m.norm_placement == NormPlacement::reordered) last = {"attn_norm.weight", "mlp_norm.weight"};
+      else if (m.norm_placement == NormPlacement::sandwich) last = {"attn_post_norm.weight", "mlp_post_norm.weight"};
+      else if (m.bias) last = {"attn.wo", "attn.wo_bias", "mlp.w_down", "mlp.w_down_bias"};
+      else last = {"attn.wo", "mlp.w_down"};
+      for (const auto& t : last) out.emplace_back(k + t, f.residual_mult);
+    }
+  }
   return out;
 }
 

@@ -66,6 +66,16 @@ struct HfTensorName {
 // A tied head has no lm_head.weight (transformers ties it to the embedding).
 std::vector<HfTensorName> hf_tensor_names(const ModelConfig& m, HfFamily family);
 
+// model.parametrization mup/completep: the forward multipliers no mapped class
+// has (model/parametrization.h), folded into exported tensors: keel tensor
+// name -> factor its values (a gain's effective value) are multiplied by.
+// µP's readout multiplier goes into an untied lm_head; the attention scale's
+// ratio to 1/sqrt(head_dim) into wq (and its bias) or, with QK-Norm, the q
+// gain; CompleteP's branch multiplier into each branch's last tensor (wo and
+// w_down with their biases for pre; the post-norm gains for reordered and
+// sandwich). What cannot be folded is refused by hf_export_refusals.
+std::vector<std::pair<std::string, double>> hf_fold_factors(const ModelConfig& m);
+
 // Hugging Face buffers that older checkpoints carry and that are recomputed
 // on load (rotary inv_freq); skipped by import.
 bool is_ignorable_hf_tensor(const std::string& name);

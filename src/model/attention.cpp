@@ -7,6 +7,7 @@
 
 #include "model/blockwise_attention.h"
 #include "model/fused_ops.h"
+#include "model/parametrization.h"
 
 namespace keel {
 
@@ -57,6 +58,8 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg)
     temperature = qk.temperature_learnable ? register_parameter("temperature", t)
                                            : register_buffer("temperature", t);
     scale_ = 1.0;
+  } else if (const auto mup_scale = forward_scaling(cfg).attn_scale) {
+    scale_ = *mup_scale;  // µP: sqrt(base_head_dim)/head_dim (model/parametrization.h)
   } else {
     scale_ = cfg.query_pre_attn_scalar ? 1.0 / std::sqrt(*cfg.query_pre_attn_scalar)
                                        : 1.0 / std::sqrt(static_cast<double>(head_dim_));

@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include <map>
+
+#include "model/parametrization.h"
 #include "model/sigma_reparam.h"
 #include "util/text.h"
 
@@ -38,11 +41,20 @@ double initial_temperature(const ModelConfig& cfg) {
 //   *norm*.bias and other biases -> 0,
 //   *temperature  -> qk_norm.temperature_init (or Henry et al.'s log2(L^2-L)),
 //   wo, w_down -> std / sqrt(2 n_layers) when depth_scaled,
-//   every other weight (embeddings, projections, head) -> N(0, std).
+//   every other weight (embeddings, projections, head) -> N(0, std);
+// under model.parametrization mup/completep the std each normal weight gets
+// comes from model/parametrization.h (matrix-like ÷ √fan-in ratio; the depth
+// scaling at the base model's depth).
 void init_weights(Transformer& model, const ModelConfig& cfg, uint64_t seed) {
   torch::NoGradGuard no_grad;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const double out_std = cfg.init.depth_scaled ? cfg.init.std / std::sqrt(2.0 * cfg.n_layers) : cfg.init.std;
+  std::map<std::string, double> std_of;
+  if (cfg.parametrization != Parametrization::standard)
+    for (const auto& s : param_scalings(cfg, TrainConfig{})) std_of[s.name] = s.init_std;
+  auto normal_std = [&](const std::string& name) {
+    auto it = std_of.find(name);
+    return it != std_of.end() ? it->second : standard_init_std(name, cfg, cfg.n_layers);
+  };
   // Parameters first, in registration order, then buffers (non-learnable temperature).
   for (auto& item : model->named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
@@ -56,10 +68,8 @@ void init_weights(Transformer& model, const ModelConfig& cfg, uint64_t seed) {
       p.fill_(1.0);  // sigmaReparam's gamma (model/sigma_reparam.h)
     } else if (ends_with(name, "bias")) {
       p.zero_();
-    } else if (ends_with(name, "wo") || ends_with(name, "w_down")) {
-      fill_normal(p, out_std, cfg.init.truncate, gen);
     } else {
-      fill_normal(p, cfg.init.std, cfg.init.truncate, gen);
+      fill_normal(p, normal_std(name), cfg.init.truncate, gen);
     }
   }
   for (auto& item : model->named_buffers(true)) {

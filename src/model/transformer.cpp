@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "model/fused_ops.h"
+#include "model/parametrization.h"
 #include "model/sigma_reparam.h"
 
 namespace keel {
@@ -51,7 +52,8 @@ static Norm make_block_norm(const ModelConfig& cfg) {
               std::vector<int64_t>{}, cfg.norm_unit_offset);
 }
 
-BlockImpl::BlockImpl(const ModelConfig& cfg) : placement(cfg.norm_placement) {
+BlockImpl::BlockImpl(const ModelConfig& cfg)
+    : placement(cfg.norm_placement), residual_mult(forward_scaling(cfg).residual_mult) {
   attn = register_module("attn", Attention(cfg));
   mlp = register_module("mlp", Mlp(cfg));
   if (cfg.qkv_norm == NormKind::none) attn_norm = register_module("attn_norm", make_block_norm(cfg));
@@ -62,29 +64,41 @@ BlockImpl::BlockImpl(const ModelConfig& cfg) : placement(cfg.norm_placement) {
   }
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats) {
+void ActivationRms::add(const std::string& name, const torch::Tensor& x) {
+  torch::NoGradGuard no_grad;
+  names.push_back(name);
+  values.push_back(x.detach().to(torch::kFloat32).pow(2).mean().sqrt());
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats,
+                                 ActivationRms* rms, const std::string& prefix) {
+  // The branches as the residual stream receives them (recorded for the coordinate check).
+  auto traced = [&](const char* what, torch::Tensor f) {
+    if (rms) rms->add(prefix + what, f);
+    return f;
+  };
   switch (placement) {
     case NormPlacement::pre: {  // x + f(norm(x))
-      auto h = x + attn->forward(attn_norm ? attn_norm->forward(x) : x, rope, stats);
-      return h + mlp->forward(mlp_norm->forward(h));
+      auto h = x + traced("attn", branch(attn->forward(attn_norm ? attn_norm->forward(x) : x, rope, stats)));
+      return h + traced("mlp", branch(mlp->forward(mlp_norm->forward(h))));
     }
     case NormPlacement::post: {  // norm(x + f(x)), the original Transformer
-      auto h = attn_norm->forward(x + attn->forward(x, rope, stats));
-      return mlp_norm->forward(h + mlp->forward(h));
+      auto h = attn_norm->forward(x + traced("attn", branch(attn->forward(x, rope, stats))));
+      return mlp_norm->forward(h + traced("mlp", branch(mlp->forward(h))));
     }
     case NormPlacement::reordered: {  // x + norm(f(x)), OLMo 2
-      auto h = x + attn_norm->forward(attn->forward(x, rope, stats));
-      return h + mlp_norm->forward(mlp->forward(h));
+      auto h = x + traced("attn", branch(attn_norm->forward(attn->forward(x, rope, stats))));
+      return h + traced("mlp", branch(mlp_norm->forward(mlp->forward(h))));
     }
     case NormPlacement::sandwich: {  // x + norm_post(f(norm_pre(x))), Gemma 2
-      auto h = x + attn_post_norm->forward(attn->forward(attn_norm->forward(x), rope, stats));
-      return h + mlp_post_norm->forward(mlp->forward(mlp_norm->forward(h)));
+      auto h = x + traced("attn", branch(attn_post_norm->forward(attn->forward(attn_norm->forward(x), rope, stats))));
+      return h + traced("mlp", branch(mlp_post_norm->forward(mlp->forward(mlp_norm->forward(h)))));
     }
   }
   return x;
 }
 
-TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg) {
+TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg), output_mult_(forward_scaling(cfg).output_mult) {
   const int64_t V = cfg.padded_vocab(), C = cfg.d_model;
   wte = register_parameter("wte", torch::empty({V, C}));
   lm_head = cfg.tie_embeddings ? wte : register_parameter("lm_head", torch::empty({V, C}));
@@ -135,9 +149,18 @@ torch::Tensor TransformerImpl::forward_hidden(const torch::Tensor& idx, const Fo
                                                                                    : torch::kFloat32);
   auto* all_stats = options.attention_stats;
   if (all_stats) all_stats->assign(blocks->size(), AttentionStats{});
-  for (size_t i = 0; i < blocks->size(); ++i)
-    x = blocks[i]->as<Block>()->forward(x, rope, all_stats ? &(*all_stats)[i] : nullptr);
+  ActivationRms* rms = options.activations;
+  if (rms) rms->add("embed", x);
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    const std::string prefix = rms ? "block" + std::to_string(i) + "." : "";
+    x = blocks[i]->as<Block>()->forward(x, rope, all_stats ? &(*all_stats)[i] : nullptr, rms, prefix);
+    if (rms) rms->add(prefix + "out", x);
+  }
   if (final_norm) x = final_norm->forward(x);
+  // µP's readout (mup's MuReadout): the head sees x/width_mult, so a wider
+  // model's logits do not grow with the width of the dot product.
+  if (output_mult_ != 1.0) x = x * output_mult_;
+  if (rms) rms->add("hidden", x);
   return x;
 }
 

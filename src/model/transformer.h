@@ -29,12 +29,26 @@ class MlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// The RMS of named activations of one forward (keel coordcheck), as device
+// scalars: read them after the forward, with one sync.
+struct ActivationRms {
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> values;
+  void add(const std::string& name, const torch::Tensor& x);
+};
+
 class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const ModelConfig& cfg);
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats);
+  // `rms` (optional) records "<prefix>attn" and "<prefix>mlp", the branch
+  // outputs as the residual stream receives them.
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats,
+                        ActivationRms* rms = nullptr, const std::string& prefix = "");
+  // A residual branch's output as the stream receives it (× residual_mult).
+  torch::Tensor branch(const torch::Tensor& f) const { return residual_mult == 1.0 ? f : f * residual_mult; }
 
   NormPlacement placement;
+  double residual_mult = 1.0;  // completep: each branch x (base_depth/n_layers)^alpha (model/parametrization.h)
   Attention attn{nullptr};
   Mlp mlp{nullptr};
   // pre/post/reordered use attn_norm and mlp_norm; sandwich adds the *_post_norm pair.
@@ -46,6 +60,9 @@ TORCH_MODULE(Block);
 struct ForwardOptions {
   // Fill one AttentionStats per layer (blockwise attention path).
   std::vector<AttentionStats>* attention_stats = nullptr;
+  // Record activation RMS: "embed", "block<i>.attn", "block<i>.mlp",
+  // "block<i>.out" (the residual stream after block i), "hidden" (what the head reads).
+  ActivationRms* activations = nullptr;
 };
 
 class TransformerImpl : public torch::nn::Module {
@@ -54,13 +71,15 @@ class TransformerImpl : public torch::nn::Module {
   // idx: [B, T] int64 token ids. Returns logits [B, T, padded_vocab], fp32 when
   // a final softcap is set; padded ids get -inf so they are never predicted.
   torch::Tensor forward(const torch::Tensor& idx, const ForwardOptions& options = {});
-  // The forward up to the final norm: [B, T, d_model]. forward() is
+  // The forward up to the final norm and µP's readout multiplier
+  // (model/parametrization.h; 1 under standard): [B, T, d_model]. forward() is
   // head_logits(forward_hidden()); the chunked loss (chunked_loss.h) takes
   // the hidden states and the head instead of whole logits.
   torch::Tensor forward_hidden(const torch::Tensor& idx, const ForwardOptions& options = {});
   torch::Tensor head_logits(const torch::Tensor& hidden);
 
   const ModelConfig& config() const { return cfg_; }
+  double output_mult() const { return output_mult_; }  // µP's readout multiplier (1 under standard)
   // Once per optimizer step, before its forwards: each module's per-step
   // state starts afresh (sigmaReparam's power iteration, QK-clip's per-head
   // maxima), so the step runner need not know which knobs have any.
@@ -76,6 +95,7 @@ class TransformerImpl : public torch::nn::Module {
  private:
   const RopeTables& rope_tables(int64_t T, torch::Device device);
   ModelConfig cfg_;
+  double output_mult_ = 1.0;
   RopeTables rope_;
   int64_t rope_len_ = 0;
 };

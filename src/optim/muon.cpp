@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <set>
+#include <tuple>
 #include <stdexcept>
 
 #include "util/error.h"
@@ -66,7 +67,7 @@ Muon::Muon(std::vector<NamedParam> params, const TrainConfig& t, int64_t head_di
   ns_dtype_ = t.muon.ns_dtype == MuonNsDtype::bf16 || (t.muon.ns_dtype == MuonNsDtype::automatic && cuda)
                   ? torch::kBFloat16
                   : torch::kFloat32;
-  std::map<std::pair<int64_t, int64_t>, size_t> by_shape;
+  std::map<std::tuple<int64_t, int64_t, double, double>, size_t> by_shape;
   for (size_t i = 0; i < muon_params_.size(); ++i) {
     const auto& p = muon_params_[i].param;
     momentum_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
@@ -76,10 +77,12 @@ Muon::Muon(std::vector<NamedParam> params, const TrainConfig& t, int64_t head_di
                        p.size(0) % head_dim == 0;
     split_.push_back(split ? head_dim : 0);
     const int64_t m = split ? head_dim : p.size(0), n = p.size(1);
-    auto it = by_shape.find({m, n});
+    const double lr_mult = muon_params_[i].lr_mult, wd_mult = muon_params_[i].wd_mult;
+    auto it = by_shape.find({m, n, lr_mult, wd_mult});
     if (it == by_shape.end()) {
-      it = by_shape.emplace(std::make_pair(m, n), groups_.size()).first;
-      groups_.push_back({m, n, {}, muon_lr_adjustment(t.muon.adjust_lr, m, n)});
+      it = by_shape.emplace(std::make_tuple(m, n, lr_mult, wd_mult), groups_.size()).first;
+      const double adjust = muon_lr_adjustment(t.muon.adjust_lr, m, n);
+      groups_.push_back({m, n, {}, lr_mult == 1.0 ? adjust : adjust * lr_mult, lr_mult, wd_mult});
     }
     groups_[it->second].index.push_back(i);
   }
@@ -120,6 +123,8 @@ void Muon::step_muon(double lr, const torch::Tensor& lr_tensor, const torch::Ten
       present.push_back(i);
     }
     if (updates.empty()) continue;
+    // Decay at the group's LR (the schedule's × lr_mult) with its decay × wd_mult: µP keeps the product put.
+    const double decay = weight_decay_ * g.lr_mult * g.wd_mult;
     auto batch = updates.size() == 1 && updates[0].size(0) == 1 ? updates[0][0] : torch::cat(updates, 0);
     auto ortho = newton_schulz(batch, cfg_.muon.ns_steps, ns_dtype_);
     if (ortho.dim() == 2) ortho = ortho.unsqueeze(0);
@@ -129,12 +134,12 @@ void Muon::step_muon(double lr, const torch::Tensor& lr_tensor, const torch::Ten
       auto o = ortho.narrow(0, row, pieces(i)).reshape(p.sizes()).to(p.scalar_type());
       row += pieces(i);
       if (!lr_tensor.defined() && !found_inf.defined()) {
-        p.mul_(1.0 - lr * weight_decay_);  // decoupled decay, at the unadjusted LR as torch.optim.Muon
+        p.mul_(1.0 - lr * decay);  // decoupled decay, at the unadjusted LR as torch.optim.Muon
         p.add_(o, -lr * g.lr_adjustment);
         continue;
       }
       auto eta = lr_tensor.defined() ? lr_tensor.to(p.scalar_type()) : torch::full({}, lr, p.options());
-      auto updated = p * (1.0 - eta * weight_decay_) - o * (eta * g.lr_adjustment);
+      auto updated = p * (1.0 - eta * decay) - o * (eta * g.lr_adjustment);
       p.copy_(found_inf.defined() ? torch::where(found_inf > 0, p, updated) : updated);
     }
   }

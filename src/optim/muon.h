@@ -58,11 +58,13 @@ class Muon : public Optimizer {
   const AdamW& adamw() const { return *adamw_; }
 
  private:
-  // Matrices of one shape [m, n] that Newton–Schulz runs on as one batch.
+  // Matrices of one shape [m, n] (and one µP LR and decay multiplier) that
+  // Newton–Schulz runs on as one batch.
   struct ShapeGroup {
     int64_t m = 0, n = 0;
     std::vector<size_t> index;  // into muon_params_
-    double lr_adjustment = 1.0;
+    double lr_adjustment = 1.0;  // adjust(m, n) × the parameters' lr_mult
+    double lr_mult = 1.0, wd_mult = 1.0;
   };
   // lr_tensor, when defined, takes the place of lr (CUDA-graph capture).
   void step_muon(double lr, const torch::Tensor& lr_tensor, const torch::Tensor& found_inf);

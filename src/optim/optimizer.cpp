@@ -1,5 +1,6 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -23,17 +24,26 @@ AdamW::AdamW(std::vector<NamedParam> params, const TrainConfig& t) : cfg_(t) {
   // Wortsman et al. 2023's independent decay: the decay follows the schedule's
   // shape (lr / peak_lr) but not its magnitude, so pass wd / peak_lr.
   const double wd = t.independent_weight_decay ? t.weight_decay / t.lr : t.weight_decay;
-  Group decay{{}, wd}, no_decay{{}, 0.0};
+  // Decayed parameters first, then the rest; within each, one group per
+  // (LR multiplier, decay) pair in first-seen order (µP's matrix-like groups).
+  for (const bool decayed : {true, false}) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (wants_weight_decay(params_[i].name, t) != decayed) continue;
+      const double group_wd = decayed ? wd * params_[i].wd_mult : 0.0;
+      auto it = std::find_if(groups_.begin(), groups_.end(), [&](const Group& g) {
+        return g.decayed == decayed && g.weight_decay == group_wd && g.lr_mult == params_[i].lr_mult;
+      });
+      if (it == groups_.end()) it = groups_.insert(groups_.end(), Group{{}, group_wd, params_[i].lr_mult, decayed});
+      it->index.push_back(i);
+    }
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i].param;
     exp_avg_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
     exp_avg_sq_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
     // The fused kernel wants per-parameter float32 step counters on the device.
     steps_.push_back(torch::zeros({}, p.options().dtype(torch::kFloat32)));
-    (wants_weight_decay(params_[i].name, t) ? decay : no_decay).index.push_back(i);
   }
-  for (auto* g : {&decay, &no_decay})
-    if (!g->index.empty()) groups_.push_back(*g);
   fused_ = t.optimizer_impl != OptimizerImpl::reference;
 }
 
@@ -45,17 +55,17 @@ void Optimizer::zero_grad() {
 void AdamW::step(const torch::Tensor& lr, const torch::Tensor& found_inf) {
   if (!fused_) return step(lr.item<double>(), found_inf);
   torch::NoGradGuard no_grad;
-  for (const auto& g : groups_) step_fused(g, 0.0, lr, found_inf);
+  for (const auto& g : groups_) step_fused(g, 0.0, g.lr_mult == 1.0 ? lr : lr * g.lr_mult, found_inf);
 }
 
 void AdamW::step(double lr, const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   for (const auto& g : groups_) {
     if (fused_) {
-      step_fused(g, lr, torch::Tensor(), found_inf);
+      step_fused(g, lr * g.lr_mult, torch::Tensor(), found_inf);
     } else {
       if (found_inf.defined() && found_inf.item<float>() != 0.0f) return;  // reference path syncs
-      step_reference(g, lr);
+      step_reference(g, lr * g.lr_mult);
     }
   }
 }

@@ -18,6 +18,10 @@ namespace keel {
 struct NamedParam {
   std::string name;
   torch::Tensor param;
+  // µP/CompleteP (model/parametrization.h): this parameter's LR and weight
+  // decay as multiples of the schedule's LR and train.weight_decay.
+  double lr_mult = 1.0;
+  double wd_mult = 1.0;
 };
 
 // Norm gains/biases, all biases, the l2 temperature, and (unless
@@ -67,9 +71,12 @@ class AdamW : public Optimizer {
   std::vector<std::string> describe() const override;
 
  private:
+  // Parameters updated by one fused call: one weight decay and one LR multiplier.
   struct Group {
     std::vector<size_t> index;  // into params_
     double weight_decay;
+    double lr_mult = 1.0;
+    bool decayed = true;  // train.weight_decay applies (wants_weight_decay)
   };
   // lr_tensor, when defined, takes the place of lr.
   void step_fused(const Group& g, double lr, const torch::Tensor& lr_tensor, const torch::Tensor& found_inf);

@@ -14,6 +14,7 @@
 #include "data/prepare.h"
 #include "distributed/dist_env.h"
 #include "train/init_from.h"
+#include "model/parametrization.h"
 #include "train/model_stats.h"
 #include "optim/qk_clip.h"
 #include "optim/schedule.h"
@@ -200,6 +201,10 @@ void Trainer::print_settings() {
   row("qk_norm", m.qk_norm.type == NormKind::none ? "none"
                                           : name_of(m.qk_norm.type) + ", " + name_of(m.qk_norm.scope) + ", " +
                                                 name_of(m.qk_norm.position));
+  if (m.parametrization != Parametrization::standard) {
+    const auto lines = describe_parametrization(m, param_scalings(m, t));
+    for (size_t i = 0; i < lines.size(); ++i) row(i == 0 ? "parametrization" : "", lines[i]);
+  }
   row("softcaps attn / final", (m.attn_softcap ? std::to_string(*m.attn_softcap) : "off") + " / " +
                                    (m.final_softcap ? std::to_string(*m.final_softcap) : "off"));
   row("vocab (padded)", std::to_string(m.vocab_size) + " (" + std::to_string(m.padded_vocab()) + ")");

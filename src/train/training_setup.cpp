@@ -1,6 +1,7 @@
 #include "train/training_setup.h"
 
 #include "model/init.h"
+#include "model/parametrization.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -32,13 +33,27 @@ BatchGeometry batch_geometry(const Config& cfg, int world) {
   return g;
 }
 
+std::unique_ptr<Optimizer> make_model_optimizer(Transformer& model, const Config& cfg) {
+  std::vector<NamedParam> params;
+  for (auto& item : model->named_parameters(true)) params.push_back({item.key(), item.value()});
+  TrainConfig t = cfg.train;
+  if (cfg.model.parametrization != Parametrization::standard) {
+    // µP/CompleteP: per-parameter LR and decay multipliers, CompleteP's ε.
+    const auto scalings = param_scalings(cfg.model, cfg.train);
+    for (size_t i = 0; i < params.size(); ++i) {
+      params[i].lr_mult = scalings.at(i).lr_mult;
+      params[i].wd_mult = scalings.at(i).wd_mult;
+    }
+    t.eps *= forward_scaling(cfg.model).adam_eps_mult;
+  }
+  return make_optimizer(std::move(params), t, cfg.model.head_dim());
+}
+
 TrainingParts build_training_parts(const Config& cfg, const ComputeSetup& compute, const BatchGeometry& geometry) {
   TrainingParts p;
   p.model = build_model(cfg.model, static_cast<uint64_t>(cfg.run.seed), compute.device);
   p.size = model_size(cfg.model, geometry.seq_len);
-  std::vector<NamedParam> params;
-  for (auto& item : p.model->named_parameters(true)) params.push_back({item.key(), item.value()});
-  p.optimizer = make_optimizer(params, cfg.train, cfg.model.d_model / cfg.model.n_heads);
+  p.optimizer = make_model_optimizer(p.model, cfg);
   p.runner = std::make_unique<StepRunner>(p.model, *p.optimizer, cfg, compute, geometry.micro_batch);
   return p;
 }

@@ -38,6 +38,11 @@ struct TrainingParts {
   std::unique_ptr<StepRunner> runner;  // holds a reference to *optimizer
 };
 
+// The optimizer train.optimizer names over the model's parameters, with
+// model.parametrization's per-parameter LR and decay multipliers and AdamW ε
+// (model/parametrization.h).
+std::unique_ptr<Optimizer> make_model_optimizer(Transformer& model, const Config& cfg);
+
 // The model from run.seed on the compute device, its optimizer (train.optimizer),
 // and the StepRunner for micro-batches of geometry.micro_batch.
 TrainingParts build_training_parts(const Config& cfg, const ComputeSetup& compute, const BatchGeometry& geometry);

@@ -73,6 +73,23 @@ const BrokenCase kBroken[] = {
     {"train:\n  cuda_graph: true\n  qk_clip_tau: 100\n", "train.cuda_graph", "train.qk_clip_tau"},
     {"train:\n  cuda_graph: true\nmodel:\n  sigma_reparam: true\n", "train.cuda_graph", "model.sigma_reparam"},
     {"train:\n  cuda_graph: true\n  optimizer_impl: reference\n", "train.cuda_graph", "optimizer_impl: reference"},
+    // µP / CompleteP (model/parametrization.h): the base model must exist, conflicting knobs are refused.
+    {"model:\n  mup: {base_width: 64}\n", "model.mup", "only used with model.parametrization"},
+    {"model:\n  parametrization: mup\n  mup: {base_depth: 2}\n", "model.mup.base_depth", "completep"},
+    {"model:\n  parametrization: mup\n  mup: {base_width: 30}\n", "model.mup.base_width",
+     "not divisible by model.n_heads"},
+    {"model:\n  parametrization: mup\n  mup: {base_width: 64, base_head_dim: 24}\n", "model.mup.base_head_dim",
+     "does not divide"},
+    {"model:\n  parametrization: mup\n  mup: {base_width: 32, base_head_dim: 32}\n", "model.mup.base_head_dim",
+     "cannot keep the ratio"},
+    {"model:\n  parametrization: mup\n  d_ff: 100\n  mup: {base_width: 48}\n", "model.d_ff", "not a whole number"},
+    {"model:\n  parametrization: mup\n  sigma_reparam: true\n", "model.sigma_reparam", "spectral norm"},
+    {"model:\n  parametrization: completep\n  embed_norm: scale_sqrt_d\n", "model.embed_norm", "grow with width"},
+    {"model:\n  parametrization: mup\n  query_pre_attn_scalar: 64\n", "model.query_pre_attn_scalar",
+     "sqrt(base_head_dim)/head_dim"},
+    {"model:\n  parametrization: completep\n  norm_placement: post\n", "model.norm_placement",
+     "identity residual stream"},
+    {"model:\n  parametrization: completep\n  mup: {depth_alpha: 2}\n", "model.mup.depth_alpha", "must be <= 1"},
 };
 
 }  // namespace

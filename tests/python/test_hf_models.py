@@ -50,7 +50,19 @@ CASES = {
     "gemma3_mha_untied_softcap": ("Gemma3ForCausalLM", GEMMA + ["model.qk_norm.type=rms", "model.n_kv_heads=4",
                                                                 "model.final_softcap=30",
                                                                 "model.query_pre_attn_scalar=32"]),
+    # µP / CompleteP (issue 33): readout, attention-scale and branch multipliers folded into the tensors.
+    "llama_completep_bias_untied": ("LlamaForCausalLM", ["model.parametrization=completep", "model.bias=true",
+                                                         "model.mup.base_width=32", "model.mup.base_depth=1"]),
+    "olmo2_completep_untied": ("Olmo2ForCausalLM", ["model.norm_placement=reordered", "model.qk_norm.type=rms",
+                                                    "model.qk_norm.scope=projection",
+                                                    "model.parametrization=completep", "model.mup.base_width=32",
+                                                    "model.mup.base_depth=1"]),
+    "qwen3_mup_untied": ("Qwen3ForCausalLM", ["model.qk_norm.type=rms", "model.parametrization=mup",
+                                              "model.mup.base_width=32"]),
 }
+# µP/CompleteP exports fold the multipliers into the weights: the import is a
+# standard model with other weights and the same logits (within rounding).
+FOLDED = {"llama_completep_bias_untied", "olmo2_completep_untied", "qwen3_mup_untied"}
 # Where keel's gain form equals the class's, keel -> HF -> keel is bit-exact;
 # elsewhere the gains pass through w +- 1 (same function, rounding differs).
 # name -> imported gain minus original gain (the import takes the class's own form).
@@ -108,6 +120,11 @@ def test_round_trip(built, name):
     assert json.loads((case["hf"] / "config.json").read_text()) == \
         json.loads((case["again"] / "config.json").read_text())
 
+    if name in FOLDED:
+        imported_config = (case["imported"] / "config.yaml").read_text()
+        assert "parametrization: standard" in imported_config
+        assert lib.max_abs_diff(case["imported_logits"], case["keel_logits"]) <= lib.TOLERANCE
+        return
     # keel -> HF -> keel: the same weights (real vocabulary rows; padded rows are
     # zero after import) and the same logits.
     original = load_file(str(sorted((case["run"] / "checkpoints").iterdir())[-1] / "model.safetensors"))
@@ -172,6 +189,9 @@ def test_imported_checkpoint_trains_with_init_from(built):
     ("gemma3_gqa_tied_theta", ["model.qk_norm.position=after_rope"]),
     ("gemma2_gqa_tied_softcaps", ["model.norm_unit_offset=false"]),
     ("llama_gqa_untied", ["model.rope_theta=10500"]),
+    # Without the branch and readout multipliers the folded export no longer matches.
+    ("llama_completep_bias_untied", ["model.parametrization=standard", "model.mup.base_width=0",
+                                     "model.mup.base_depth=0"]),
 ])
 def test_parity_check_catches_a_mismatch(built, name, overrides):
     """keel's forward with one key changed (QK-Norm after RoPE instead of
@@ -193,6 +213,8 @@ REFUSED = {  # each run carries several reasons; all must be named
     "sandwich_qk_after_rope": (["model.norm_placement=sandwich", "model.qk_norm.type=rms",
                                 "model.qk_norm.position=after_rope", "model.qk_norm.eps=1e-5"],
                                ["model.embed_norm", "model.qk_norm.position", "model.qk_norm.eps"]),
+    "mup_tied_head": (["model.parametrization=mup", "model.mup.base_width=32", "model.tie_embeddings=true"],
+                      ["model.tie_embeddings", "readout multiplier"]),
 }
 
 
