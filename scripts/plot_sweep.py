@@ -22,6 +22,7 @@ Fig. 1) also:
 
   loss_vs_lr_by_size        final loss against LR, one panel per condition,
                             one line per size
+  best_lr_vs_size           best LR against d_model (or n_layers), per condition
   lr_sensitivity_vs_params  LR sensitivity against non-embedding parameters
                             (log x), one line per condition, bootstrap bars
   attn_logit_vs_params      largest layer-0 attention logit against
@@ -138,6 +139,40 @@ def median(values):
     return statistics.median(values) if values else math.nan
 
 
+def best_lr_vs_size(conditions, sens, plots):
+    """The transfer reading (issue 33): best LR against d_model (or n_layers when
+    the width is fixed), per condition, with the bootstrap interval over seeds."""
+    widths = {number(v.get("d_model", "nan")) for v in sens}
+    axis = "d_model" if len({w for w in widths if math.isfinite(w)}) > 1 else "n_layers"
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    drawn = False
+    for i, condition in enumerate(conditions):
+        pts = sorted((number(v.get(axis, "nan")), number(v["best_lr"]), number(v.get("best_lr_lo", "nan")),
+                      number(v.get("best_lr_hi", "nan"))) for v in sens if v["condition"] == condition)
+        pts = [p for p in pts if math.isfinite(p[0]) and math.isfinite(p[1])]
+        if len(pts) < 2:
+            continue
+        drawn = True
+        xs, ys, lo, hi = zip(*pts)
+        ax.plot(xs, ys, "o-", color=f"C{i}", label=condition, markersize=5)
+        bars = [(x, y, l, h) for x, y, l, h in pts if math.isfinite(l) and math.isfinite(h)]
+        if bars:
+            bx, by, bl, bh = zip(*bars)
+            ax.errorbar(bx, by, yerr=[[max(0.0, y - l) for y, l in zip(by, bl)], [max(0.0, h - y) for y, h in zip(by, bh)]],
+                        fmt="none", ecolor=f"C{i}", capsize=3)
+    if not drawn:
+        plt.close(fig)
+        return
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel(axis)
+    ax.set_ylabel("best peak LR (95% bootstrap over seeds)")
+    ax.set_title("best LR vs model size: flat means the LR transfers")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    save(fig, plots, "best_lr_vs_size")
+
+
 def size_plots(rows, sens, init, attn_threshold, plots):
     """Wortsman et al. (2023), Fig. 1: the model-size axis."""
     conditions = list(dict.fromkeys(r["condition"] for r in rows))
@@ -185,6 +220,8 @@ def size_plots(rows, sens, init, attn_threshold, plots):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     save(fig, plots, "lr_sensitivity_vs_params")
+
+    best_lr_vs_size(conditions, sens, plots)
 
     lrs = sorted({number(r["lr"]) for r in rows if math.isfinite(number(r["lr"]))})
     fig, axes = variant_grid(len(lrs))

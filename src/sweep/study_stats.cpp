@@ -30,14 +30,11 @@ MeanSd mean_sd(const std::vector<double>& values) {
   return {mean, std::sqrt(ss / static_cast<double>(n - 1)), n};
 }
 
-namespace {
-// Nearest-rank percentile of sorted values, q in [0, 1].
-double percentile(const std::vector<double>& sorted, double q) {
+double percentile_of_sorted(const std::vector<double>& sorted, double q) {
   const size_t i = static_cast<size_t>(std::clamp(std::ceil(q * static_cast<double>(sorted.size())) - 1.0, 0.0,
                                                   static_cast<double>(sorted.size() - 1)));
   return sorted[i];
 }
-}  // namespace
 
 SensitivityIntervals bootstrap_lr_sensitivity(const std::vector<LrResult>& results, double init_loss,
                                               size_t replicates, uint64_t seed) {
@@ -65,8 +62,8 @@ SensitivityIntervals bootstrap_lr_sensitivity(const std::vector<LrResult>& resul
   if (sens.empty()) return out;
   std::sort(sens.begin(), sens.end());
   std::sort(best.begin(), best.end());
-  out.sensitivity = {percentile(sens, 0.025), percentile(sens, 0.975)};
-  out.best_lr = {percentile(best, 0.025), percentile(best, 0.975)};  // grid values themselves
+  out.sensitivity = {percentile_of_sorted(sens, 0.025), percentile_of_sorted(sens, 0.975)};
+  out.best_lr = {percentile_of_sorted(best, 0.025), percentile_of_sorted(best, 0.975)};  // grid values themselves
   return out;
 }
 

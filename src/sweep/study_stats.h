@@ -20,6 +20,9 @@ struct Interval {
 // Wilson score interval for k of n at normal quantile z (1.96: 95%); NaN for n = 0.
 Interval wilson_interval(int64_t k, int64_t n, double z = 1.96);
 
+// Nearest-rank percentile of ascending, non-empty `sorted`, q in [0, 1].
+double percentile_of_sorted(const std::vector<double>& sorted, double q);
+
 struct MeanSd {
   double mean, sd;  // sd: sample standard deviation (n - 1); NaN below 2 values
   size_t n;         // finite values used

@@ -10,6 +10,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "sweep/lr_transfer.h"
 #include "sweep/sweep_manifest.h"
 #include "train/run_dir.h"
 #include "util/error.h"
@@ -187,6 +188,8 @@ std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann:
     r.max_steps = json_int_or<int64_t>(p, "max_steps", int64_t{0});
     const FlatConfig config = index.config(r.name);
     if (config.count("model.vocab_size")) r.vocab_size = std::stoll(config.at("model.vocab_size"));
+    if (config.count("model.d_model")) r.d_model = std::stoll(config.at("model.d_model"));
+    if (config.count("model.n_layers")) r.n_layers = std::stoll(config.at("model.n_layers"));
     const auto& labels = p.at("labels");
     r.condition = labels.contains("variant") ? labels["variant"].get<std::string>() : "all";
     if (labels.contains("size")) r.size = labels["size"].get<std::string>();
@@ -263,6 +266,8 @@ std::vector<VariantRow> summarize_variants(const std::vector<PointRow>& rows) {
     }
     auto& v = out[index[r.variant]];
     v.non_embedding_parameters = std::max(v.non_embedding_parameters, r.non_embedding_parameters);
+    v.d_model = r.d_model;
+    v.n_layers = r.n_layers;
     ++v.points;
     if (!r.finished()) continue;
     ++v.finished;
@@ -277,6 +282,7 @@ std::vector<VariantRow> summarize_variants(const std::vector<PointRow>& rows) {
   for (auto& v : out) {
     v.lr = lr_sensitivity(results[v.variant], v.init_loss);
     v.ci = bootstrap_lr_sensitivity(results[v.variant], v.init_loss);
+    v.results = results[v.variant];
     std::map<double, size_t> per_lr;
     for (const auto& r : results[v.variant]) v.seeds = std::max(v.seeds, ++per_lr[r.lr]);
   }
@@ -309,13 +315,15 @@ std::string summary_csv(const std::vector<PointRow>& rows) {
 std::string variants_csv(const std::vector<VariantRow>& variants) {
   std::string out =
       "variant,points,finished,diverged,init_loss,best_loss,best_lr,lr_sensitivity,max_stable_lr,condition,size,"
-      "non_embedding_parameters,lr_sensitivity_lo,lr_sensitivity_hi\n";
+      "non_embedding_parameters,lr_sensitivity_lo,lr_sensitivity_hi,best_lr_lo,best_lr_hi,d_model,n_layers\n";
   for (const auto& v : variants)
     out += csv_field(v.variant) + "," + std::to_string(v.points) + "," + std::to_string(v.finished) + "," +
            std::to_string(v.lr.diverged) + "," + fmt(v.init_loss, "%.6g") + "," + fmt(v.lr.best_loss, "%.6g") + "," +
            fmt(v.lr.best_lr, "%g") + "," + fmt(v.lr.sensitivity, "%.6g") + "," + fmt(v.lr.max_stable_lr, "%g") + "," +
            csv_field(v.condition) + "," + csv_field(v.size) + "," + count_text(v.non_embedding_parameters) + "," +
-           fmt(v.ci.sensitivity.lo, "%.6g") + "," + fmt(v.ci.sensitivity.hi, "%.6g") + "\n";
+           fmt(v.ci.sensitivity.lo, "%.6g") + "," + fmt(v.ci.sensitivity.hi, "%.6g") + "," +
+           fmt(v.ci.best_lr.lo, "%g") + "," + fmt(v.ci.best_lr.hi, "%g") + "," + count_text(v.d_model) + "," +
+           count_text(v.n_layers) + "\n";
   return out;
 }
 
@@ -446,6 +454,62 @@ std::string size_markdown(const std::vector<PointRow>& rows, const std::vector<V
   return m + "\n";
 }
 
+// Issue 33's transfer reading: per condition, the best LR at each size and
+// how far it moves per doubling of the axis that changes (width, else depth).
+std::string transfer_markdown(const std::vector<VariantRow>& variants) {
+  std::vector<std::string> conditions;
+  for (const auto& v : variants)
+    if (std::find(conditions.begin(), conditions.end(), v.condition) == conditions.end()) conditions.push_back(v.condition);
+  std::string rows_md, reading;
+  bool any = false;
+  for (const auto& c : conditions) {
+    std::vector<const VariantRow*> sizes;
+    for (const auto& v : variants)
+      if (v.condition == c && !v.size.empty() && v.finished > 0) sizes.push_back(&v);
+    std::set<int64_t> widths, depths;
+    for (const auto* v : sizes) widths.insert(v->d_model), depths.insert(v->n_layers);
+    const bool by_width = widths.size() > 1, by_depth = !by_width && depths.size() > 1;
+    if (!by_width && !by_depth) continue;
+    std::sort(sizes.begin(), sizes.end(), [&](const VariantRow* a, const VariantRow* b) {
+      return by_width ? a->d_model < b->d_model : a->n_layers < b->n_layers;
+    });
+    std::vector<TransferSize> input;
+    for (const auto* v : sizes)
+      input.push_back({static_cast<double>(by_width ? v->d_model : v->n_layers), v->init_loss, v->results});
+    const LrTransfer t = lr_transfer(input);
+    any = true;
+    std::string best;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      best += (i ? ", " : "") + sizes[i]->size + " " + lr_text(t.best_lr[i]);
+    const std::string ci = std::isfinite(t.drift_ci.lo) ? strf("%+.2f to %+.2f", t.drift_ci.lo, t.drift_ci.hi) : "-";
+    const double ratio = sizes.size() >= 2 ? t.best_lr.back() / t.best_lr.front() : NAN;
+    rows_md += "| " + c + " | " + (by_width ? "width (d_model)" : "depth (n_layers)") + " | " + best + " | " +
+               md_cell(t.drift, "%+.2f") + " | " + ci + " | " + md_cell(ratio, "%.3g") + " |\n";
+    reading += "- **" + c + "**: " +
+               (std::isfinite(t.drift)
+                    ? strf("the best LR changes by x%.2f per doubling of %s (log2 slope %+.2f, 95%% interval %s, %zu "
+                           "bootstrap replicates)",
+                           std::exp2(t.drift), by_width ? "width" : "depth", t.drift, ci.c_str(), t.replicates)
+                    : std::string("no slope: fewer than two sizes have a best LR")) +
+               (t.at_edge ? "; a best LR sits at the grid's edge, so the true optimum of that size may lie beyond "
+                            "it and the slope is bounded by the grid"
+                          : "") +
+               ".\n";
+  }
+  if (!any) return "";
+  return "## Transfer\n\n"
+         "How far the best learning rate moves as the model grows (µP and CompleteP aim for 0; "
+         "docs/reference.md#mup-and-completep): per condition, the least-squares slope of log2(best LR) against "
+         "log2(size), where size is d_model when it varies and n_layers otherwise. 0 means the LR transfers; "
+         "−1 means it halves at every doubling. The interval is a 95% percentile bootstrap over seeds (2000 "
+         "replicates, the seeds at each size and LR resampled with replacement). The best LR of a size is a grid "
+         "value, so the slope moves in steps the grid sets; LR sensitivity and the layer-0 logit per size are in "
+         "the Model size section.\n\n"
+         "| condition | axis | best LR per size | drift per doubling (log2) | 95% interval | best LR largest / "
+         "smallest |\n|---|---|---|---|---|---|\n" +
+         rows_md + "\n" + reading + "\n";
+}
+
 std::string report_markdown(const nlohmann::json& manifest, const std::string& sweep_dir,
                             const std::vector<PointRow>& rows, const std::vector<VariantRow>& variants,
                             const std::vector<std::string>& plots, const std::string& plot_note,
@@ -523,7 +587,7 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
   m += "\n";
   m += condition_markdown(rows, variants);
   if (std::any_of(rows.begin(), rows.end(), [](const PointRow& r) { return !r.size.empty(); }))
-    m += size_markdown(rows, variants);
+    m += size_markdown(rows, variants) + transfer_markdown(variants);
   if (std::any_of(rows.begin(), rows.end(), [](const PointRow& r) { return std::isfinite(r.final_mean_log_z); }))
     m += output_markdown(rows, variants);
 
@@ -598,7 +662,8 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
   std::vector<std::string> plots;
   const int code = options.plots ? draw_plots("scripts/plot_sweep.py", {sweep_dir, out}, out, options.python,
                                               {"loss_vs_lr", "loss_curves", "attn_logit", "grad_norm", "output_logit",
-                                               "loss_vs_lr_by_size", "lr_sensitivity_vs_params", "attn_logit_vs_params"},
+                                               "loss_vs_lr_by_size", "lr_sensitivity_vs_params", "attn_logit_vs_params",
+                                               "best_lr_vs_size"},
                                               &plots, &note)
                                  : 0;
   // A hand-written reading of the results (OUT_DIR/notes.md) survives regenerating the report.

@@ -37,6 +37,7 @@ struct PointRow {
   int64_t seed = 0;
   int64_t steps = 0, max_steps = 0;
   int64_t vocab_size = 0;
+  int64_t d_model = 0, n_layers = 0;  // from the point's config (the transfer section's size)
   double final_loss = NAN, final_val_loss = NAN, best_val_loss = NAN, initial_loss = NAN;
   bool diverged = false;  // the loss diverged (non-finite or exploding)
   int64_t diverged_step = -1;
@@ -68,6 +69,8 @@ struct VariantRow {
   LrSensitivity lr;
   SensitivityIntervals ci{{NAN, NAN}, {NAN, NAN}, 0};  // bootstrap over seeds (several finished runs per LR)
   size_t seeds = 0;                                  // most finished runs at one LR
+  int64_t d_model = 0, n_layers = 0;                 // of its points (one size each)
+  std::vector<LrResult> results;                     // every finished run: (LR, loss, diverged)
 };
 
 std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann::json& manifest);
