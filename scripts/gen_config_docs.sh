@@ -51,6 +51,8 @@ point; see docs/sweeps.md) are in `sweeps/`:
 | `sweeps/scaling-lr-gpu.yaml` | the same study on one GPU: d256×4, d512×8, d768×12 layers (3M–85M non-embedding parameters), 1,000 steps, bf16; not yet run |
 | `sweeps/output-logit-cpu.yaml` | output-logit divergence (Wortsman et al. §3.2): no weight decay, with and without z-loss × 4 LRs, 500 steps ([result](../docs/results/output-logit-cpu/report.md)) |
 | `sweeps/optimizers-lr-cpu.yaml` | AdamW against Muon, each with no stabiliser, QK-Norm (RMS per head) and QK-clip τ = 100 (MuonClip) × 7 LRs (1e-3 … 1) × 2 seeds, 200 steps; 84 points on 2 cores ([result](../docs/results/optimizers-lr-cpu/report.md)) |
+| `sweeps/mup-transfer-cpu.yaml` | does the best LR transfer across width? standard vs µP (base d32) × widths 32 / 64 / 128 / 256 × 7 LRs (2e-3 … 0.128) × 3 seeds, 100 steps; 168 points, 15.2 min on 2 cores ([result](../docs/results/mup-transfer-cpu/report.md)) |
+| `sweeps/completep-transfer-cpu.yaml` | the same across depth: standard vs CompleteP (base 2 layers) × depths 2 / 4 / 8 / 16 at width 64; 168 points, 10.3 min on 2 cores ([result](../docs/results/completep-transfer-cpu/report.md)) |
 
 ## Where the variants come from
 

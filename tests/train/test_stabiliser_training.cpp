@@ -1,7 +1,8 @@
 // The stabilisers in real training runs (issue 11): sigmaReparam's
 // power-iteration vectors are checkpointed and a resumed run is bit-exact;
 // QK-clip rescales heads during training and is refused with QK-Norm;
-// QKV-norm and logit clamping train.
+// QKV-norm and logit clamping train. A CompleteP run (width and depth away
+// from its base) prints its multipliers and resumes bit-exact too.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -64,6 +65,24 @@ TEST_F(StabiliserTraining, SigmaReparamResumesBitExact) {
   ASSERT_TRUE(by_name.count("blocks.0.attn.wq_sigma.u"));
   ASSERT_TRUE(by_name.count("blocks.0.attn.wq_sigma.gamma"));
   EXPECT_NE(by_name["blocks.0.attn.wq_sigma.gamma"].item<double>(), 1.0);  // gamma is trained
+}
+
+TEST_F(StabiliserTraining, CompletePRunPrintsItsScalingAndResumesBitExact) {
+  const std::string cp = "--set model.parametrization=completep --set model.mup.base_width=16 "
+                         "--set model.mup.base_depth=1 --set train.optimizer=muon";
+  std::string out;
+  ASSERT_EQ(run_keel(args("cp", cp), &out), 0) << out;
+  ASSERT_EQ(run_keel(args("cp_resumed", cp + " --stop-after-step 4"), &out), 0) << out;
+  ASSERT_EQ(run_keel(args("cp_resumed", cp + " --resume auto"), &out), 0) << out;
+  auto a = metrics("cp"), b = metrics("cp_resumed");
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 8u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["loss"], b[i]["loss"]) << "step " << i + 1;
+  // The settings table names the multipliers: width x2, depth x2.
+  const std::string log = keel_test::read_file(g_dir + "/runs/cp/train.log");
+  EXPECT_NE(log.find("completep: base d 16"), std::string::npos) << log;
+  EXPECT_NE(log.find("logits x0.5, residual branches x0.5, AdamW eps x0.25"), std::string::npos) << log;
+  EXPECT_NE(log.find("matrix-like (Muon)"), std::string::npos) << log;
 }
 
 TEST_F(StabiliserTraining, QkClipRescalesHeadsDuringTraining) {
