@@ -170,6 +170,18 @@ TEST_F(DataParallel, MuonOnTwoWorkersGivesTheLossesOfOne) {
   EXPECT_NE(out.find("parameters identical on all 2 ranks after step 12"), std::string::npos) << out;
 }
 
+// µP/CompleteP (issue 33): the per-parameter LR, decay and ε multipliers come
+// from the config alone, so every rank applies the same ones.
+TEST_F(DataParallel, CompletePOnTwoWorkersGivesTheLossesOfOne) {
+  const std::string cp = "--set model.parametrization=completep --set model.mup.base_width=16 "
+                         "--set model.mup.base_depth=1";
+  std::string out;
+  ASSERT_EQ(run_keel(train_args("completep_one", cp), &out), 0) << out;
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("completep_two", cp), &out), 0) << out;
+  expect_same_losses("completep_one", "completep_two", 1e-4);
+  EXPECT_NE(out.find("parameters identical on all 2 ranks after step 12"), std::string::npos) << out;
+}
+
 TEST_F(DataParallel, OneWorkerThroughTheLauncherIsAGroupOfOne) {
   std::string out;
   ASSERT_EQ(run_keel("launch --nproc 1 -- " + train_args("launch_one"), &out), 0) << out;

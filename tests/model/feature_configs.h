@@ -58,6 +58,10 @@ inline std::vector<FeatureConfig> feature_configs() {
       {"qkv_norm_layernorm_bias", [](C& c) { c.qkv_norm = NormKind::layernorm; c.bias = true; }},
       {"sigma_reparam", [](C& c) { c.sigma_reparam = true; }},
       {"sigma_reparam_gelu_bias", [](C& c) { c.sigma_reparam = true; c.mlp = MlpKind::gelu; c.bias = true; }},
+      // µP / CompleteP (model/parametrization.h): every multiplier away from 1.
+      {"mup_width", [](C& c) { c.parametrization = keel::Parametrization::mup; c.mup.base_width = 16; }},
+      {"mup_fixed_head_dim_tied", [](C& c) { c.parametrization = keel::Parametrization::mup; c.mup.base_width = 16; c.mup.base_head_dim = 8; c.tie_embeddings = true; }},
+      {"completep_alpha_half_reordered", [](C& c) { c.parametrization = keel::Parametrization::completep; c.mup.base_width = 16; c.mup.base_depth = 1; c.mup.depth_alpha = 0.5; c.norm_placement = NormPlacement::reordered; }},
       {"init_std_depth_truncate", [](C& c) { c.init.std = 0.1; c.init.depth_scaled = !c.init.depth_scaled; c.init.truncate = 2.0; }},
   };
   for (const char* p : {"pre", "post", "reordered", "sandwich"}) {

@@ -216,8 +216,14 @@ inline Tensor ref_attention(const Tensor& x, keel::AttentionImpl& a, const keel:
   if (!before) q = qkn(q, a.q_norm), k = qkn(k, a.k_norm);
   if (trace) trace->q = q, trace->k = k;
 
-  const double scale = cfg.query_pre_attn_scalar ? 1.0 / std::sqrt(*cfg.query_pre_attn_scalar)
-                                                 : 1.0 / std::sqrt(static_cast<double>(D));
+  double scale = cfg.query_pre_attn_scalar ? 1.0 / std::sqrt(*cfg.query_pre_attn_scalar)
+                                           : 1.0 / std::sqrt(static_cast<double>(D));
+  if (cfg.parametrization != keel::Parametrization::standard && qc.type != NormKind::l2) {
+    // µP's 1/head_dim attention anchored at the base head_dim: sqrt(D_base) / D.
+    const int64_t width = cfg.mup.base_width > 0 ? cfg.mup.base_width : cfg.d_model;
+    const int64_t d_base = cfg.mup.base_head_dim > 0 ? cfg.mup.base_head_dim : width / cfg.n_heads;
+    scale = std::sqrt(static_cast<double>(d_base)) / static_cast<double>(D);
+  }
   auto allowed = torch::ones({T, T}, torch::kBool).tril();  // key j <= query i
   std::vector<Tensor> heads;
   for (int64_t h = 0; h < H; ++h) {
@@ -277,10 +283,14 @@ inline Tensor ref_forward(keel::Transformer& model, const Tensor& idx,
     x = ref_norm(x, "layernorm", ref_gain(model->embed_norm->weight, cfg), model->embed_norm->bias, cfg.norm_eps);
   else if (cfg.embed_norm == EmbedNorm::rmsnorm) x = ref_norm(x, "rms", Tensor(), Tensor(), cfg.norm_eps);
   if (traces) traces->assign(cfg.n_layers, RefAttentionTrace{});
+  // CompleteP: every residual branch x (L_base / L)^alpha (Dey et al. 2025).
+  double branch = 1.0;
+  if (cfg.parametrization == keel::Parametrization::completep && cfg.mup.base_depth > 0)
+    branch = std::pow(static_cast<double>(cfg.mup.base_depth) / static_cast<double>(cfg.n_layers), cfg.mup.depth_alpha);
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
     auto* b = block(model, l);
-    auto A = [&](const Tensor& t) { return ref_attention(t, *b->attn, cfg, traces ? &(*traces)[l] : nullptr); };
-    auto M = [&](const Tensor& t) { return ref_mlp(t, *b->mlp, cfg); };
+    auto A = [&](const Tensor& t) { return branch * ref_attention(t, *b->attn, cfg, traces ? &(*traces)[l] : nullptr); };
+    auto M = [&](const Tensor& t) { return branch * ref_mlp(t, *b->mlp, cfg); };
     auto N = [&](const Tensor& t, keel::Norm& n) { return ref_block_norm(t, n, cfg); };
     const std::string& p = keel::name_of(cfg.norm_placement);
     if (p == "pre") {  // x + f(norm(x)); with QKV-norm the attention input is not normalised
@@ -290,16 +300,19 @@ inline Tensor ref_forward(keel::Transformer& model, const Tensor& idx,
       auto h = N(x + A(x), b->attn_norm);
       x = N(h + M(h), b->mlp_norm);
     } else if (p == "reordered") {  // x + norm(f(x))
-      auto h = x + N(A(x), b->attn_norm);
-      x = h + N(M(h), b->mlp_norm);
+      auto h = x + branch * N(A(x) / branch, b->attn_norm);
+      x = h + branch * N(M(h) / branch, b->mlp_norm);
     } else if (p == "sandwich") {  // x + norm_post(f(norm_pre(x)))
-      auto h = x + N(A(N(x, b->attn_norm)), b->attn_post_norm);
-      x = h + N(M(N(h, b->mlp_norm)), b->mlp_post_norm);
+      auto h = x + branch * N(A(N(x, b->attn_norm)) / branch, b->attn_post_norm);
+      x = h + branch * N(M(N(h, b->mlp_norm)) / branch, b->mlp_post_norm);
     } else {
       ADD_FAILURE() << "unknown placement " << p;
     }
   }
   if (cfg.norm_placement != NormPlacement::post) x = ref_block_norm(x, model->final_norm, cfg);
+  // µP's readout (MuReadout): the head reads x / width_mult.
+  if (cfg.parametrization != keel::Parametrization::standard && cfg.mup.base_width > 0)
+    x = x * (static_cast<double>(cfg.mup.base_width) / static_cast<double>(cfg.d_model));
   auto logits = torch::matmul(x, model->lm_head.t());
   if (cfg.final_softcap) logits = *cfg.final_softcap * torch::tanh(logits / *cfg.final_softcap);
   const int64_t V = cfg.vocab_size, P = logits.size(-1);
