@@ -65,9 +65,6 @@ std::string layer_csv(const std::vector<CoordRecord>& records) {
 int run_coordcheck(const CoordArgs& a) {
   const Config config = load_config(a.config.path, a.config.overrides);
   if (a.steps < 1 || a.steps > 1000) throw Error("--steps " + std::to_string(a.steps) + ": expected 1..1000", "coordcheck");
-  for (const auto* list : {&a.widths, &a.depths})
-    for (int64_t v : *list)
-      if (v < 1 || v > 65536) throw Error("--widths/--depths: " + std::to_string(v) + " is out of 1..65536", "coordcheck");
   const std::string out = a.out.empty() ? config.run.out_dir + "/" + config.run.name + "-coordcheck" : a.out;
   if (path_exists(out) && !(is_directory(out) && list_directory(out).empty()) && !a.force)
     throw RunDirError(out + ": exists and is not empty; choose --out or pass --force to replace its coordcheck files");
@@ -116,45 +113,28 @@ int run_coordcheck(const CoordArgs& a) {
   return rc;
 }
 
-std::vector<int64_t> parse_list(const std::string& text, const std::string& flag) {
-  std::vector<int64_t> out;
-  size_t pos = 0;
-  while (pos <= text.size() && !text.empty()) {
-    const size_t comma = text.find(',', pos);
-    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    try {
-      size_t used = 0;
-      out.push_back(std::stoll(item, &used));
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::exception&) {
-      throw Error(flag + " " + text + ": '" + item + "' is not an integer", "coordcheck");
-    }
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  if (out.size() > 64) throw Error(flag + ": at most 64 values", "coordcheck");
-  return out;
-}
-
 }  // namespace
 
 Command add_coordcheck_command(CLI::App& app) {
   auto a = std::make_shared<CoordArgs>();
-  auto widths = std::make_shared<std::string>(), depths = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand("coordcheck", "the muP coordinate check: activation RMS per layer over a few steps, "
                                                "across widths (and depths)");
   add_config_args(cmd, a->config);
-  cmd->add_option("--widths", *widths, "d_model values, comma-separated (default: the config's)");
-  cmd->add_option("--depths", *depths, "n_layers values, comma-separated (default: the config's)");
+  cmd->add_option("--widths", a->widths, "d_model values, comma-separated (default: the config's)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  cmd->add_option("--depths", a->depths, "n_layers values, comma-separated (default: the config's)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
   cmd->add_option("--steps", a->steps, "optimizer steps (activations read at steps 0..N)");
   cmd->add_option("--out", a->out, "output directory (default RUN.out_dir/RUN.name-coordcheck)");
   cmd->add_flag("--random-tokens", a->random_tokens, "one seeded batch of random tokens at every step, instead of the prepared data");
   cmd->add_flag("--force", a->force, "write into a non-empty output directory");
   cmd->add_flag("!--no-plots", a->plots, "skip the plot");
-  return [cmd, a, widths, depths]() -> int {
+  return [cmd, a]() -> int {
     if (!*cmd) return -1;
-    a->widths = parse_list(*widths, "--widths");
-    a->depths = parse_list(*depths, "--depths");
+    if (a->widths.size() > 64 || a->depths.size() > 64)
+      throw Error("--widths/--depths: at most 64 values each", "coordcheck");
     return run_coordcheck(*a);
   };
 }

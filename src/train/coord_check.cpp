@@ -58,7 +58,13 @@ std::vector<CoordRecord> one_size(const Config& c, int64_t steps, const std::fun
     optimizer->zero_grad();
     auto logits = model->head_logits(model->forward_hidden(b.inputs, o));
     rms.add("logits", logits.narrow(-1, 0, c.model.vocab_size));  // not the -inf padding
-    rms.add("residual", rms.values.at(rms.values.size() - 3));     // the last block's output, any depth
+    // The last block's output under one name for every depth.
+    const std::string last = "block" + std::to_string(c.model.n_layers - 1) + ".out";
+    for (size_t i = 0; i < rms.names.size(); ++i)
+      if (rms.names[i] == last) {
+        rms.add("residual", rms.values[i]);
+        break;
+      }
     if (step < steps) {  // the update after this forward; the last forward only reads
       language_model_loss(logits, b.targets, c.train.z_loss).total.backward();
       clip_grad_norm(optimizer->params(), c.train.grad_clip);
