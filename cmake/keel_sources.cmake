@@ -16,6 +16,7 @@ set(KEEL_TENSOR_SOURCES
   src/model/attention.cpp
   src/model/blockwise_attention.cpp
   src/model/chunked_loss.cpp
+  src/model/documents.cpp
   src/model/fused_ops.cpp
   src/model/generate.cpp
   src/model/init.cpp

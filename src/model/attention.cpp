@@ -114,7 +114,7 @@ torch::Tensor AttentionImpl::normalize_qk(const torch::Tensor& t, Norm& norm) {
 
 torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  double scale, c10::optional<double> softcap, AttentionStats* stats,
-                                 c10::optional<double> clamp, torch::Tensor* head_max) {
+                                 c10::optional<double> clamp, torch::Tensor* head_max, const torch::Tensor& segments) {
   const int64_t H = q.size(1), Hkv = k.size(1), T = q.size(2);
   auto kx = Hkv == H ? k : k.repeat_interleave(H / Hkv, 1);
   auto vx = Hkv == H ? v : v.repeat_interleave(H / Hkv, 1);
@@ -122,7 +122,10 @@ torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k,
   auto scores = torch::matmul(q.to(torch::kFloat32), kx.to(torch::kFloat32).transpose(-2, -1)) * scale;
   auto capped = softcap ? *softcap * torch::tanh(scores / *softcap) : scores;
   if (clamp) capped = capped.clamp(-*clamp, *clamp);
-  auto future = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
+  // Masked: the future, and under a document mask every other document. shape: [T, T] or [B, 1, T, T]
+  auto future = segments.defined()
+                    ? document_attention_mask(segments).logical_not()
+                    : torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
   auto masked = capped.masked_fill(future, -std::numeric_limits<float>::infinity());
   auto logp = torch::log_softmax(masked, -1);
   auto p = logp.exp();
@@ -140,6 +143,7 @@ torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k,
         softcap || clamp ? capped.detach().abs().masked_fill(future, 0).amax() : stats->max_score;
     auto plogp = (p.detach() * logp.detach().masked_fill(future, 0));
     stats->entropy = -plogp.sum(-1).mean();
+    stats->first_token_mass = p.detach().select(-1, 0).mean();
   }
   return torch::matmul(p.to(v.scalar_type()), vx);
 }
@@ -167,7 +171,8 @@ std::string AttentionImpl::kernel_name(int64_t batch, int64_t seq_len, torch::De
                                                  /*enable_gqa=*/n_kv_heads_ != n_heads_));
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats,
+                                     const DocumentLayout* docs) {
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t q_dim = n_heads_ * head_dim_, kv_dim = n_kv_heads_ * head_dim_;
   // q, k and v in one GEMM, on the input cast once (to_compute_dtype). shape: [B, T, q_dim + 2 kv_dim]
@@ -186,8 +191,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     k = normalize_qk(k, k_norm);
   }
   if (rope_) {
-    q = apply_rope(q, rope);
-    k = apply_rope(k, rope);
+    const torch::Tensor positions = docs ? docs->positions : torch::Tensor();
+    q = apply_rope(q, rope, positions);
+    k = apply_rope(k, rope, positions);
   }
   if (!norm_first) {
     q = normalize_qk(q, q_norm);
@@ -208,7 +214,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
 
   torch::Tensor y;
   const bool track = track_head_max && torch::GradMode::is_enabled();  // training forwards only
-  if (sdpa_path(stats != nullptr)) {
+  if (sdpa_path(stats != nullptr) && docs) {
+    // The block-diagonal causal mask, [B, 1, T, T] bools.
+    // TODO(gpu): CUDA's variable-length flash kernels (cu_seqlens) would avoid the mask; untried without a GPU.
+    y = at::scaled_dot_product_attention(q, k, v, document_attention_mask(docs->segments), 0.0,
+                                         /*is_causal=*/false, scale_, /*enable_gqa=*/n_kv_heads_ != n_heads_);
+  } else if (sdpa_path(stats != nullptr)) {
     y = at::scaled_dot_product_attention(q, k, v, c10::nullopt, 0.0, /*is_causal=*/true, scale_,
                                          /*enable_gqa=*/n_kv_heads_ != n_heads_);
   } else {
@@ -219,6 +230,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     o.block_q = o.block_k = blockwise_block_size(q.device().type(), T);
     o.head_max = track || stats;
     o.stats = stats != nullptr;
+    if (docs) {
+      o.segments = docs->segments;
+      o.segments_host = docs->segments_host;
+    }
     BlockwiseResult r = blockwise_attention(q, k, v, o);
     y = r.out;
     if (track) head_max = head_max.defined() ? torch::maximum(head_max, r.head_max) : r.head_max;
@@ -227,6 +242,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
       stats->max_score = r.head_max.max();
       stats->max_score_capped = softcap_ || clamp_ ? r.max_capped : stats->max_score;
       stats->entropy = r.entropy;
+      stats->first_token_mass = r.first_token_mass;
     }
   }
   y = y.transpose(1, 2).reshape({B, T, n_heads_ * head_dim_});

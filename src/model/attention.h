@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "model/documents.h"
 #include "model/norm.h"
 #include "model/rope.h"
 #include "model/sigma_reparam.h"
@@ -22,6 +23,7 @@ struct AttentionStats {
   torch::Tensor q_norm_mean, q_norm_max;  // norms of per-head query vectors (after QK-Norm, RoPE)
   torch::Tensor k_norm_mean, k_norm_max;
   torch::Tensor entropy;         // mean attention entropy (nats) over heads and positions
+  torch::Tensor first_token_mass;  // mean attention probability on the window's first token (the "sink")
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -29,7 +31,10 @@ class AttentionImpl : public torch::nn::Module {
   explicit AttentionImpl(const ModelConfig& cfg);
   // x: [B, T, d_model]. When `stats` is given, the blockwise path computes
   // them (model/blockwise_attention.h).
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats = nullptr);
+  // `docs` (data.document_mask): each query attends only its own document,
+  // on every path; RoPE takes docs->positions when set.
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats = nullptr,
+                        const DocumentLayout* docs = nullptr);
 
   int64_t matmul_weights() const { return wq.numel() + wk.numel() + wv.numel() + wo.numel(); }  // for FLOPs
   // Scale applied to q.k (ignored for l2, where the temperature replaces it).
@@ -80,9 +85,11 @@ TORCH_MODULE(Attention);
 // keys/values, materialising the [T, T] scores: the reference that SDPA and
 // the blockwise path are tested against (no training forward takes it). `clamp` clips scores to [-c, c] after the softcap.
 // head_max (optional): set to the per-head max |score| before cap and clamp.
+// segments (optional, int64 [B, T]): the document mask of model/documents.h.
 torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  double scale, c10::optional<double> softcap, AttentionStats* stats,
-                                 c10::optional<double> clamp = c10::nullopt, torch::Tensor* head_max = nullptr);
+                                 c10::optional<double> clamp = c10::nullopt, torch::Tensor* head_max = nullptr,
+                                 const torch::Tensor& segments = {});
 
 // Linear layer with an optional sigmaReparam scale on its weight.
 torch::Tensor reparam_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,

@@ -42,6 +42,34 @@ struct Geometry {
   }
 };
 
+// Which pairs of a (query block, key block) take part, under a document mask.
+enum class BlockPlan { skip, causal, masked };
+
+// From the host copy of the segments (int64 [B, T], non-decreasing per row):
+// skip when in every row all keys lie in earlier documents than all queries;
+// causal when every row's queries and keys are one document; masked otherwise.
+BlockPlan plan_block(const torch::Tensor& seg_host, int64_t q0, int64_t rows, int64_t k0, int64_t cols) {
+  if (!seg_host.defined()) return BlockPlan::causal;
+  const int64_t B = seg_host.size(0), T = seg_host.size(1);
+  const int64_t* s = seg_host.data_ptr<int64_t>();
+  bool skip = true, one_document = true;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t* row = s + b * T;
+    const int64_t q_first = row[q0], q_last = row[q0 + rows - 1], k_first = row[k0], k_last = row[k0 + cols - 1];
+    if (k_last >= q_first) skip = false;
+    if (std::min(q_first, k_first) != std::max(q_last, k_last)) one_document = false;
+  }
+  return skip ? BlockPlan::skip : one_document ? BlockPlan::causal : BlockPlan::masked;
+}
+
+// True where a key of another document than the query's: [B, 1, G * rows, cols].
+torch::Tensor other_document(const torch::Tensor& seg, const Geometry& g, int64_t q0, int64_t rows, int64_t k0,
+                             int64_t cols) {
+  auto sq = seg.narrow(1, q0, rows).view({g.B, 1, 1, rows, 1}).expand({g.B, 1, g.G, rows, 1});
+  auto sk = seg.narrow(1, k0, cols).view({g.B, 1, 1, 1, cols});
+  return sq.ne(sk).reshape({g.B, 1, g.G * rows, cols});
+}
+
 // One block's logits, in fp32, computed in place to keep the passes over a
 // block few (at CPU block sizes each pass is a trip to memory). q arrives
 // pre-scaled by scale / cap (scale alone without a softcap), so z = q.k is
@@ -50,16 +78,20 @@ struct BlockLogits {
   torch::Tensor z;       // q.k with the pre-scaled q; becomes the capped, clamped, masked logit
   torch::Tensor tanh;    // tanh(z) before it is overwritten (softcap; backward only)
   torch::Tensor inside;  // within the clamp (clamp; backward only)
-  torch::Tensor future;  // undefined when the block has no future position
+  torch::Tensor future;  // masked positions (future or another document); undefined when none
 };
 
 BlockLogits block_logits(const torch::Tensor& qb, const torch::Tensor& kb, const Geometry& g, int64_t q0,
                          int64_t rows, int64_t k0, int64_t cols, double softcap, double clamp, bool backward,
-                         torch::Tensor* raw_abs_max) {
+                         torch::Tensor* raw_abs_max, const torch::Tensor& segments = {}) {
   BlockLogits b;
   b.z = torch::matmul(qb, kb.transpose(-2, -1));  // [B, Hkv, G*rows, cols]
   if (b.z.scalar_type() != torch::kFloat32) b.z = b.z.to(torch::kFloat32);
   if (k0 + cols - 1 > q0) b.future = g.future(q0, rows, k0, cols, qb.device());  // some key after some query
+  if (segments.defined()) {  // shape: [B, 1, G*rows, cols], broadcast over kv heads
+    auto other = other_document(segments, g, q0, rows, k0, cols);
+    b.future = b.future.defined() ? other.logical_or_(b.future) : other;
+  }
   if (raw_abs_max) {  // max |raw| = cap * max |z| over causal positions, per query row group
     auto a = b.z.abs();
     if (b.future.defined()) a.masked_fill_(b.future, 0);
@@ -78,10 +110,18 @@ BlockLogits block_logits(const torch::Tensor& qb, const torch::Tensor& kb, const
   return b;
 }
 
+// The document segments, passed to the autograd function as one value
+// rather than as two tensor arguments, which it would take for inputs (and
+// which cannot be undefined there).
+struct Segments {
+  torch::Tensor device, host;
+};
+
 struct BlockwiseFn : public torch::autograd::Function<BlockwiseFn> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, double scale, double softcap, double clamp, int64_t block_q,
-                               int64_t block_k, bool want_head_max, bool want_stats) {
+                               int64_t block_k, bool want_head_max, bool want_stats, const Segments& docs) {
+    const torch::Tensor &segments = docs.device, &segments_host = docs.host;
     RECORD_FUNCTION("keel::blockwise_attention", std::vector<c10::IValue>());
     // Dtypes are chosen here, not by autocast: scores in the inputs' dtype, softmax in fp32.
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
@@ -91,21 +131,29 @@ struct BlockwiseFn : public torch::autograd::Function<BlockwiseFn> {
     auto out = torch::empty({g.B, g.H, g.T, g.D}, q.options());
     auto lse = torch::empty({g.B, g.H, g.T, 1}, f32);
     auto head_max = torch::zeros({g.Hkv, g.G}, f32);
-    auto max_capped = torch::zeros({}, f32), entropy_sum = torch::zeros({}, f32);
+    auto max_capped = torch::zeros({}, f32), entropy_sum = torch::zeros({}, f32), first_sum = torch::zeros({}, f32);
     for (int64_t q0 = 0; q0 < g.T; q0 += block_q) {
       const int64_t rows = std::min(block_q, g.T - q0);
       auto qb = g.group(qs, q0, rows);
       auto m = torch::full({g.B, g.Hkv, g.G * rows, 1}, -kInf, f32);
-      auto l = torch::zeros_like(m), expected = torch::zeros_like(m);  // sum of p, sum of p * logit
+      // Sum of p, sum of p * logit, p of key 0 (each rescaled as the running max moves).
+      auto l = torch::zeros_like(m), expected = torch::zeros_like(m), first = torch::zeros_like(m);
       auto acc = torch::zeros({g.B, g.Hkv, g.G * rows, g.D}, f32);
       for (int64_t k0 = 0; k0 < q0 + rows; k0 += block_k) {  // key blocks that start before the queries end
         const int64_t cols = std::min(block_k, g.T - k0);
+        const BlockPlan plan = plan_block(segments_host, q0, rows, k0, cols);
+        if (plan == BlockPlan::skip) continue;
         auto kb = k.narrow(2, k0, cols), vb = v.narrow(2, k0, cols);
         torch::Tensor block_max;
         BlockLogits b = block_logits(qb, kb, g, q0, rows, k0, cols, softcap, clamp, /*backward=*/false,
-                                     want_head_max ? &block_max : nullptr);
+                                     want_head_max ? &block_max : nullptr,
+                                     plan == BlockPlan::masked ? segments : torch::Tensor());
         if (want_head_max) head_max = torch::maximum(head_max, block_max);
         auto m_new = torch::maximum(m, b.z.amax(-1, true));
+        // Under a document mask a row can meet a block with no key of its
+        // document: its max stays -inf, and exp(-inf - -inf) would be NaN.
+        // The lowest finite float instead makes that block's p and alpha 0.
+        if (plan == BlockPlan::masked) m_new.clamp_min_(std::numeric_limits<float>::lowest());
         auto alpha = torch::exp(m - m_new);
         torch::Tensor finite;  // the logits, future positions at 0 (statistics only)
         if (want_stats) {
@@ -116,14 +164,21 @@ struct BlockwiseFn : public torch::autograd::Function<BlockwiseFn> {
         p.sub_(m_new).exp_();
         l.mul_(alpha).add_(p.sum(-1, true));
         acc.mul_(alpha).add_(torch::matmul(p.to(v.scalar_type()), vb).to(torch::kFloat32));
-        if (want_stats) expected.mul_(alpha).add_((p * finite).sum(-1, true));
+        if (want_stats) {
+          expected.mul_(alpha).add_((p * finite).sum(-1, true));
+          first.mul_(alpha);
+          if (k0 == 0) first.add_(p.narrow(-1, 0, 1));
+        }
         m = m_new;
       }
       out.narrow(2, q0, rows).copy_(g.ungroup(acc.div_(l), rows));
       auto block_lse = m + torch::log(l);
       lse.narrow(2, q0, rows).copy_(g.ungroup(block_lse, rows));
       // Entropy of a row: -sum p log p = lse - E_p[logit].
-      if (want_stats) entropy_sum = entropy_sum + (block_lse - expected / l).sum();
+      if (want_stats) {
+        entropy_sum = entropy_sum + (block_lse - expected / l).sum();
+        first_sum = first_sum + (first / l).sum();
+      }
     }
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["scale"] = scale;
@@ -131,10 +186,13 @@ struct BlockwiseFn : public torch::autograd::Function<BlockwiseFn> {
     ctx->saved_data["clamp"] = clamp;
     ctx->saved_data["block_q"] = block_q;
     ctx->saved_data["block_k"] = block_k;
+    ctx->saved_data["segments"] = segments;
+    ctx->saved_data["segments_host"] = segments_host;
     auto entropy = entropy_sum / static_cast<double>(g.B * g.H * g.T);
+    auto first_mass = first_sum / static_cast<double>(g.B * g.H * g.T);
     auto heads = head_max.reshape({g.H});
-    ctx->mark_non_differentiable({heads, entropy, max_capped});
-    return {out, heads, entropy, max_capped};
+    ctx->mark_non_differentiable({heads, entropy, max_capped, first_mass});
+    return {out, heads, entropy, max_capped, first_mass};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -145,6 +203,8 @@ struct BlockwiseFn : public torch::autograd::Function<BlockwiseFn> {
     const double scale = ctx->saved_data["scale"].toDouble(), softcap = ctx->saved_data["softcap"].toDouble(),
                  clamp = ctx->saved_data["clamp"].toDouble();
     const int64_t block_q = ctx->saved_data["block_q"].toInt(), block_k = ctx->saved_data["block_k"].toInt();
+    const auto segments = ctx->saved_data["segments"].toOptional<torch::Tensor>().value_or(torch::Tensor());
+    const auto segments_host = ctx->saved_data["segments_host"].toOptional<torch::Tensor>().value_or(torch::Tensor());
     const Geometry g(q, k);
     const auto qs = q * (softcap > 0 ? scale / softcap : scale);
     auto dout = grads[0].defined() ? grads[0] : torch::zeros_like(out);
@@ -160,8 +220,11 @@ struct BlockwiseFn : public torch::autograd::Function<BlockwiseFn> {
       auto dqb = torch::zeros({g.B, g.Hkv, g.G * rows, g.D}, q.options().dtype(torch::kFloat32));
       for (int64_t k0 = 0; k0 < q0 + rows; k0 += block_k) {
         const int64_t cols = std::min(block_k, g.T - k0);
+        const BlockPlan plan = plan_block(segments_host, q0, rows, k0, cols);
+        if (plan == BlockPlan::skip) continue;
         auto kb = k.narrow(2, k0, cols), vb = v.narrow(2, k0, cols);
-        BlockLogits b = block_logits(qsb, kb, g, q0, rows, k0, cols, softcap, clamp, /*backward=*/true, nullptr);
+        BlockLogits b = block_logits(qsb, kb, g, q0, rows, k0, cols, softcap, clamp, /*backward=*/true, nullptr,
+                                     plan == BlockPlan::masked ? segments : torch::Tensor());
         auto& p = b.z;  // in place: exp(logit - lse), 0 at future positions
         p.sub_(lse_b).exp_();
         dv.narrow(2, k0, cols).add_(torch::matmul(p.to(dout.scalar_type()).transpose(-2, -1), dob).to(torch::kFloat32));
@@ -177,7 +240,7 @@ struct BlockwiseFn : public torch::autograd::Function<BlockwiseFn> {
     }
     return {dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type()),
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -196,6 +259,16 @@ int64_t blockwise_block_size(torch::DeviceType device, int64_t seq_len) {
   return block;
 }
 
+int64_t blockwise_visited_blocks(int64_t T, int64_t block_q, int64_t block_k, const torch::Tensor& segments_host) {
+  int64_t visited = 0;
+  for (int64_t q0 = 0; q0 < T; q0 += block_q) {
+    const int64_t rows = std::min(block_q, T - q0);
+    for (int64_t k0 = 0; k0 < q0 + rows; k0 += block_k)
+      if (plan_block(segments_host, q0, rows, k0, std::min(block_k, T - k0)) != BlockPlan::skip) ++visited;
+  }
+  return visited;
+}
+
 BlockwiseResult blockwise_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const BlockwiseOptions& o) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "blockwise_attention: q, k, v must be [B, H, T, D]");
@@ -204,6 +277,13 @@ BlockwiseResult blockwise_attention(const torch::Tensor& q, const torch::Tensor&
   TORCH_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "blockwise_attention: query heads ", q.size(1),
               " are not a multiple of key/value heads ", k.size(1));
   TORCH_CHECK(o.block_q > 0 && o.block_k > 0, "blockwise_attention: block sizes must be positive");
+  if (o.segments.defined()) {
+    TORCH_CHECK(o.segments_host.defined() && o.segments_host.device().is_cpu() &&
+                    o.segments_host.scalar_type() == torch::kInt64 && o.segments_host.is_contiguous() &&
+                    o.segments.sizes() == o.segments_host.sizes() && o.segments.dim() == 2 &&
+                    o.segments.size(0) == q.size(0) && o.segments.size(1) == q.size(2),
+                "blockwise_attention: segments must be int64 [B, T] with a contiguous CPU copy");
+  }
   // One dtype for q, k and v, chosen as autocast chooses it for SDPA (its
   // lower-precision list): an fp32 QK-Norm output (L2, LayerNorm) meets a
   // bf16 v under autocast, and the custom function, which runs with
@@ -212,13 +292,14 @@ BlockwiseResult blockwise_attention(const torch::Tensor& q, const torch::Tensor&
   const auto dtype = attention_dtype(q, k, v);
   auto cast = [dtype](const torch::Tensor& t) { return t.scalar_type() == dtype ? t : t.to(dtype); };
   auto outs = BlockwiseFn::apply(cast(q), cast(k), cast(v), o.scale, o.softcap.value_or(0.0), o.clamp.value_or(0.0), o.block_q,
-                                 o.block_k, o.head_max, o.stats);
+                                 o.block_k, o.head_max, o.stats, Segments{o.segments, o.segments_host});
   BlockwiseResult r;
   r.out = outs[0];
   if (o.head_max) r.head_max = outs[1];
   if (o.stats) {
     r.entropy = outs[2];
     r.max_capped = outs[3];
+    r.first_token_mass = outs[4];
   }
   return r;
 }

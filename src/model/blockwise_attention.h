@@ -29,6 +29,12 @@ struct BlockwiseOptions {
   int64_t block_q = 256, block_k = 256; // query and key rows per block
   bool head_max = false;                // fill BlockwiseResult::head_max
   bool stats = false;                   // fill entropy and max_capped (no gradient needed)
+  // Intra-document masking (model/documents.h): int64 [B, T] document index
+  // per position, non-decreasing along T, on q's device and on the CPU. A
+  // query attends only keys of its own document; blocks whose keys all lie in
+  // earlier documents than all their queries are skipped, forward and
+  // backward, so the work falls with the number of documents per window.
+  torch::Tensor segments, segments_host;
 };
 
 struct BlockwiseResult {
@@ -36,6 +42,7 @@ struct BlockwiseResult {
   torch::Tensor head_max;    // [H] max |q.k * scale| over causal positions, before cap and clamp (fp32)
   torch::Tensor entropy;     // [] mean attention entropy in nats over batch, heads and positions (stats)
   torch::Tensor max_capped;  // [] max |logit| after cap and clamp (stats)
+  torch::Tensor first_token_mass;  // [] mean probability on key 0, the window's first token (stats)
 };
 
 // The dtype the blocks compute in: autocast's when it is on for q's device
@@ -49,6 +56,12 @@ torch::ScalarType attention_dtype(const torch::Tensor& q, const torch::Tensor& k
 // forward and backward under 36 block pairs each up to T = 8192 instead of
 // the ~500 that 128-row blocks would launch at T = 4096.
 int64_t blockwise_block_size(torch::DeviceType device, int64_t seq_len);
+
+// How many (query block, key block) pairs a causal pass visits at these block
+// sizes: all when `segments_host` is undefined, else those not skipped as
+// wholly in earlier documents (the work keel bench and the tests count).
+int64_t blockwise_visited_blocks(int64_t seq_len, int64_t block_q, int64_t block_k,
+                                 const torch::Tensor& segments_host = {});
 
 // q: [B, H, T, D]; k, v: [B, Hkv, T, D] with H a multiple of Hkv (query head
 // h reads key/value head h / (H / Hkv)). Differentiable in q, k and v.

@@ -31,7 +31,17 @@ RopeTables RopeTables::with_dtype(int64_t T, torch::ScalarType dtype) const {
   return out;
 }
 
-torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& t) {
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& t, const torch::Tensor& positions) {
+  if (positions.defined()) {
+    const int64_t B = x.size(0), T = x.size(1);
+    TORCH_CHECK(positions.dim() == 2 && positions.size(0) == B && positions.size(1) == T,
+                "apply_rope: positions must be [B, T] like x's first two dimensions");
+    const auto flat = positions.reshape({-1});
+    auto gather = [&](const torch::Tensor& table) {  // shape: [B, T, 1, D], x's dtype
+      return table.index_select(0, flat).view({B, T, 1, -1}).to(x.scalar_type());
+    };
+    return x * gather(t.cos) + x.roll(x.size(-1) / 2, -1) * gather(t.sin_signed);
+  }
   // CPU: one fused pass forward and backward (src/model/fused_ops.h), same values.
   if (auto fused = fused_cpu_rope(x, t.cos, t.sin); fused.defined()) return fused;
   const int64_t T = x.size(1), half = x.size(-1) / 2;

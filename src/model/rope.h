@@ -25,6 +25,9 @@ RopeTables make_rope_tables(int64_t seq_len, int64_t head_dim, double theta, tor
 // in x's dtype: on the CPU by one fused kernel (fused_ops.h), elsewhere as
 // x * cos + roll(x, D/2) * sin_signed (four kernels; three in the backward plus
 // the accumulation).
-torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& tables);
+// positions (optional, int64 [B, T]): each token's own position instead of
+// its index in the window (data.reset_positions: positions restart at each
+// document); the composite path with the tables gathered per token.
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& tables, const torch::Tensor& positions = {});
 
 }  // namespace keel

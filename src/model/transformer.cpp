@@ -71,7 +71,7 @@ void ActivationRms::add(const std::string& name, const torch::Tensor& x) {
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats,
-                                 ActivationRms* rms, const std::string& prefix) {
+                                 ActivationRms* rms, const std::string& prefix, const DocumentLayout* docs) {
   // The branches as the residual stream receives them (recorded for the coordinate check).
   auto traced = [&](const char* what, torch::Tensor f) {
     if (rms) rms->add(prefix + what, f);
@@ -79,19 +79,19 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const RopeTables& rope,
   };
   switch (placement) {
     case NormPlacement::pre: {  // x + f(norm(x))
-      auto h = x + traced("attn", branch(attn->forward(attn_norm ? attn_norm->forward(x) : x, rope, stats)));
+      auto h = x + traced("attn", branch(attn->forward(attn_norm ? attn_norm->forward(x) : x, rope, stats, docs)));
       return h + traced("mlp", branch(mlp->forward(mlp_norm->forward(h))));
     }
     case NormPlacement::post: {  // norm(x + f(x)), the original Transformer
-      auto h = attn_norm->forward(x + traced("attn", branch(attn->forward(x, rope, stats))));
+      auto h = attn_norm->forward(x + traced("attn", branch(attn->forward(x, rope, stats, docs))));
       return mlp_norm->forward(h + traced("mlp", branch(mlp->forward(h))));
     }
     case NormPlacement::reordered: {  // x + norm(f(x)), OLMo 2
-      auto h = x + traced("attn", branch(attn_norm->forward(attn->forward(x, rope, stats))));
+      auto h = x + traced("attn", branch(attn_norm->forward(attn->forward(x, rope, stats, docs))));
       return h + traced("mlp", branch(mlp_norm->forward(mlp->forward(h))));
     }
     case NormPlacement::sandwich: {  // x + norm_post(f(norm_pre(x))), Gemma 2
-      auto h = x + traced("attn", branch(attn_post_norm->forward(attn->forward(attn_norm->forward(x), rope, stats))));
+      auto h = x + traced("attn", branch(attn_post_norm->forward(attn->forward(attn_norm->forward(x), rope, stats, docs))));
       return h + traced("mlp", branch(mlp_post_norm->forward(mlp->forward(mlp_norm->forward(h)))));
     }
   }
@@ -147,13 +147,16 @@ torch::Tensor TransformerImpl::forward_hidden(const torch::Tensor& idx, const Fo
   const RopeTables rope = rope_tables(T, idx.device())
                               .with_dtype(T, at::autocast::is_autocast_enabled(dt) ? at::autocast::get_autocast_dtype(dt)
                                                                                    : torch::kFloat32);
+  // data.document_mask: the documents of this batch, from its ids (model/documents.h).
+  const DocumentLayout docs = documents_.enabled() ? document_layout(idx, documents_) : DocumentLayout{};
   auto* all_stats = options.attention_stats;
   if (all_stats) all_stats->assign(blocks->size(), AttentionStats{});
   ActivationRms* rms = options.activations;
   if (rms) rms->add("embed", x);
   for (size_t i = 0; i < blocks->size(); ++i) {
     const std::string prefix = rms ? "block" + std::to_string(i) + "." : "";
-    x = blocks[i]->as<Block>()->forward(x, rope, all_stats ? &(*all_stats)[i] : nullptr, rms, prefix);
+    x = blocks[i]->as<Block>()->forward(x, rope, all_stats ? &(*all_stats)[i] : nullptr, rms, prefix,
+                                        docs.segments.defined() ? &docs : nullptr);
     if (rms) rms->add(prefix + "out", x);
   }
   if (final_norm) x = final_norm->forward(x);

@@ -9,6 +9,7 @@
 
 #include "config/config.h"
 #include "model/attention.h"
+#include "model/documents.h"
 #include "model/norm.h"
 #include "model/rope.h"
 
@@ -43,7 +44,8 @@ class BlockImpl : public torch::nn::Module {
   // `rms` (optional) records "<prefix>attn" and "<prefix>mlp", the branch
   // outputs as the residual stream receives them.
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats,
-                        ActivationRms* rms = nullptr, const std::string& prefix = "");
+                        ActivationRms* rms = nullptr, const std::string& prefix = "",
+                        const DocumentLayout* docs = nullptr);
   // A residual branch's output as the stream receives it (× residual_mult).
   torch::Tensor branch(const torch::Tensor& f) const { return residual_mult == 1.0 ? f : f * residual_mult; }
 
@@ -84,6 +86,11 @@ class TransformerImpl : public torch::nn::Module {
   // state starts afresh (sigmaReparam's power iteration, QK-clip's per-head
   // maxima), so the step runner need not know which knobs have any.
   void begin_step();
+  // data.document_mask: from now on each token attends only to its own
+  // document, the documents read from the ids of each forward
+  // (model/documents.h). Off (the default) when masking.eos_id < 0.
+  void set_documents(const DocumentMasking& masking) { documents_ = masking; }
+  const DocumentMasking& documents() const { return documents_; }
   // The attention kernel a training forward of [batch, seq_len] runs (AttentionImpl::kernel_name).
   std::string attention_kernel(int64_t batch, int64_t seq_len, torch::Device device, torch::ScalarType dtype);
 
@@ -98,6 +105,7 @@ class TransformerImpl : public torch::nn::Module {
   double output_mult_ = 1.0;
   RopeTables rope_;
   int64_t rope_len_ = 0;
+  DocumentMasking documents_;
 };
 TORCH_MODULE(Transformer);
 

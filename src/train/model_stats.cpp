@@ -21,13 +21,13 @@ nlohmann::json collect_model_stats(Transformer& model, const torch::Tensor& inpu
   std::vector<torch::Tensor> parts;
   for (const auto& s : layers)
     parts.push_back(torch::stack({s.max_score, s.max_score_capped, s.q_norm_mean, s.q_norm_max, s.k_norm_mean,
-                                  s.k_norm_max, s.entropy})
+                                  s.k_norm_max, s.entropy, s.first_token_mass})
                         .to(torch::kFloat64));
   parts.push_back(torch::stack({real.abs().max(), log_z.mean(), log_z.pow(2).mean()}).to(torch::kFloat64));
   auto host = torch::cat(parts).cpu();
   const double* v = host.data_ptr<double>();
   nlohmann::json attn = nlohmann::json::array();
-  for (size_t i = 0; i < layers.size(); ++i, v += 7)
+  for (size_t i = 0; i < layers.size(); ++i, v += 8)
     attn.push_back({{"layer", i},
                     {"max_logit", v[0]},
                     {"max_logit_capped", v[1]},
@@ -35,7 +35,8 @@ nlohmann::json collect_model_stats(Transformer& model, const torch::Tensor& inpu
                     {"q_norm_max", v[3]},
                     {"k_norm_mean", v[4]},
                     {"k_norm_max", v[5]},
-                    {"entropy", v[6]}});
+                    {"entropy", v[6]},
+                    {"first_token_mass", v[7]}});
   return {{"attn", attn}, {"output", {{"max_logit", v[0]}, {"mean_log_z", v[1]}, {"z_loss", v[2]}}}};
 }
 

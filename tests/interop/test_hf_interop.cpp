@@ -5,7 +5,8 @@
 //   Interop.KeelLogits  [{"checkpoint": DIR, "tokens": FILE, "out": FILE, "set": ["model.k=v", ...]}]
 //                       keel's fp32 logits (real vocabulary only) for the int64 [B, T] "ids"
 //                       tensor in FILE, as safetensors {"logits": [B, T, vocab_size]}; "set"
-//                       overrides config keys of the checkpoint (the mismatch tests)
+//                       overrides config keys of the checkpoint (the mismatch tests); "eos": the
+//                       EOS id a data.document_mask model opens documents with
 //   Interop.KeelEncode  [{"tokenizer": FILE, "texts": FILE, "out": FILE}]
 //                       keel's Tokenizer::encode of every string in the JSON list in "texts",
 //                       as a JSON list of id lists
@@ -45,6 +46,9 @@ TEST(Interop, KeelLogits) {
     keel::Transformer model(config.model);
     keel::load_training_checkpoint(dir, model, nullptr, nullptr);
     model->eval();
+    // data.document_mask: the request names the EOS id (the tokenizer's) that opens a document.
+    if (config.data.document_mask && r.contains("eos"))
+      model->set_documents({r.at("eos").get<int64_t>(), config.data.resets_positions()});
     torch::Tensor ids;
     for (auto& [name, t] : keel::read_safetensors(r.at("tokens").get<std::string>()))
       if (name == "ids") ids = t.to(torch::kLong);

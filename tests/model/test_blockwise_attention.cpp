@@ -115,6 +115,8 @@ TEST(BlockwiseAttention, StatisticsEqualTheExplicitPaths) {
     EXPECT_NEAR(r.entropy.item<double>(), st.entropy.item<double>(), 1e-5) << cap;
     EXPECT_NEAR(r.max_capped.item<double>(), st.max_score_capped.item<double>(), 1e-5) << cap;
     EXPECT_LT(max_abs_diff(r.head_max, st.head_max_score), 1e-5) << cap;
+    EXPECT_NEAR(r.first_token_mass.item<double>(), st.first_token_mass.item<double>(), 1e-6) << cap;
+    EXPECT_GT(st.first_token_mass.item<double>(), 1.0 / 29);  // every query sees key 0; the first row only it
   }
 }
 

@@ -91,14 +91,17 @@ def random_ids(batch: int = 2, length: int = 32, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, VOCAB, (batch, length), generator=g)
 
 
-def keel_logits(work: Path, jobs: list) -> list:
-    """jobs: (checkpoint_or_run_dir, ids, overrides); keel's fp32 logits for each, in one call."""
+def keel_logits(work: Path, jobs: list, eos: int = None) -> list:
+    """jobs: (checkpoint_or_run_dir, ids, overrides); keel's fp32 logits for each, in one call.
+    eos: the EOS id a data.document_mask model opens documents with."""
     work.mkdir(parents=True, exist_ok=True)
     requests = []
     for i, (checkpoint, ids, overrides) in enumerate(jobs):
         save_file({"ids": ids.contiguous()}, str(work / f"ids{i}.safetensors"))
         requests.append({"checkpoint": str(checkpoint), "tokens": str(work / f"ids{i}.safetensors"),
                          "out": str(work / f"logits{i}.safetensors"), "set": overrides})
+        if eos is not None:
+            requests[-1]["eos"] = eos
     run_interop("KeelLogits", work, requests)
     return [load_file(str(work / f"logits{i}.safetensors"))["logits"] for i in range(len(jobs))]
 

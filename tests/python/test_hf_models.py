@@ -317,3 +317,30 @@ def test_import_refuses_gemma3_with_local_rope_base(tmp_path):
     result = lib.keel("import-hf", tmp_path / "hf", tmp_path / "keel", expect_rc=2)
     assert "rope_parameters.sliding_attention.rope_theta" in result.stderr
     assert not (tmp_path / "keel").exists()
+
+
+def test_document_masked_model_exports_single_document_logits(built):
+    """data.document_mask (issue 36): Hugging Face models do not mask
+    documents, so an export means the model's function on one document.
+    That function is keel's exactly: a document alone (opened by its EOS,
+    positions from 0) gives transformers' logits, and inside a packed window
+    keel gives the second document the same logits it gets alone. On the
+    packed window itself transformers lets the second document see the
+    first, and differs."""
+    config = built["config"]
+    run = lib.train(config, "document_mask", ["data.document_mask=true"])
+    hf = built["root"] / "hf" / "document_mask"
+    lib.keel("export-hf", run, hf)
+    manifest = json.loads((config.parent / "data-bpe" / "manifest.json").read_text())
+    eos = manifest["tokenizer"]["special_ids"]["eos"]
+    g = torch.Generator().manual_seed(5)
+    first = torch.randint(4, lib.VOCAB, (12,), generator=g)
+    second = torch.cat([torch.tensor([eos]), torch.randint(4, lib.VOCAB, (19,), generator=g)])
+    window = torch.cat([first, second]).unsqueeze(0)  # 32 tokens: two documents
+    alone, packed = lib.keel_logits(built["root"] / "io-mask", [(run, second.unsqueeze(0), []), (run, window, [])],
+                                    eos=eos)
+    hf_alone = lib.hf_logits(hf, second.unsqueeze(0))
+    assert alone.std() > 0.1
+    assert lib.max_abs_diff(hf_alone, alone) <= lib.TOLERANCE
+    assert lib.max_abs_diff(packed[:, len(first):], alone) <= lib.TOLERANCE
+    assert lib.max_abs_diff(lib.hf_logits(hf, window)[:, len(first):], alone) > 1e-2
