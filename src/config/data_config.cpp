@@ -44,6 +44,14 @@ void declare_data_keys(Schema& s, DataConfig& d) {
               "training batches to skip, each \"AFTER:COUNT\": after step AFTER the data order moves on by COUNT "
               "batches; what monitor.on_spike: rewind records (summary.json \"data_skips\"), to replay such a run "
               "from the start");
+  s.boolean("data.document_mask", &d.document_mask,
+            "each token attends only to earlier tokens of its own document; an EOS opens the document after it, "
+            "as a BOS would (data/README.md#document-masking)");
+  s.choice("data.reset_positions", &d.reset_positions, {},
+           "RoPE positions restart at each document's EOS; auto = on with data.document_mask (needs the mask)");
+  s.choice("data.align", &d.align, {},
+           "where training windows start: none = a fixed grid, eos = at a document's opening EOS, bos = at its "
+           "first token; a document longer than a window continues in the next one");
 }
 
 std::vector<std::pair<std::string, double>> data_mixture(const DataConfig& d) {
@@ -132,6 +140,14 @@ void check_data(const Config& c, ConfigErrors& e) {
     e.add("data.doc_separator", "is compared with whole lines, so it cannot contain a line break");
   if (d.text_field.empty()) e.add("data.text_field", "must name a field");
   parse_skip_batches(d.skip_batches, &e);
+  if (d.reset_positions == PositionReset::on && !d.document_mask)
+    e.add("data.reset_positions", "restarts positions at document boundaries the attention still crosses; "
+                                  "set data.document_mask: true with it, or leave it at auto");
+  if (d.align != WindowAlign::none && !d.source_weights.empty())
+    e.add("data.align", "does not combine with a weighted mixture of data.sources, which draws its own windows");
+  if (d.document_mask && c.train.cuda_graph)
+    e.add("data.document_mask", "reads each batch's documents on the host, which a captured CUDA graph cannot; "
+                                "set train.cuda_graph: false");
 }
 
 }  // namespace keel

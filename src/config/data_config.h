@@ -17,6 +17,13 @@ struct ConfigErrors;
 
 enum class TokenizerType { bpe, unigram };  // SentencePiece model types
 KEEL_CHOICE(TokenizerType, "bpe", "unigram");
+// Where training windows start (data/loader.h): anywhere on the grid, at a
+// document's opening EOS, or at its first token after the EOS.
+enum class WindowAlign { none, eos, bos };
+KEEL_CHOICE(WindowAlign, "none", "eos", "bos");
+// data.reset_positions: auto follows data.document_mask.
+enum class PositionReset { automatic, on, off };
+KEEL_CHOICE(PositionReset, "auto", "true", "false");
 
 struct DataConfig {
   std::string dir = "runs/data/default";   // prepared shards + manifest + tokenizer
@@ -36,6 +43,12 @@ struct DataConfig {
   int64_t prefetch = 2;                    // batches prepared ahead on a background thread
   bool verify = true;                      // loader checks every shard's checksum and ids on open
   std::vector<std::string> skip_batches;   // "AFTER:COUNT": batches skipped after a step (a rewound run's replay)
+  bool document_mask = false;              // attend only within a document (model/documents.h)
+  PositionReset reset_positions = PositionReset::automatic;  // RoPE positions restart per document; auto = with the mask
+  WindowAlign align = WindowAlign::none;   // training windows start at a document boundary (data/loader.h)
+  bool resets_positions() const {
+    return reset_positions == PositionReset::automatic ? document_mask : reset_positions == PositionReset::on;
+  }
 };
 void declare_data_keys(Schema& s, DataConfig& d);
 

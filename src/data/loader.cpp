@@ -1,5 +1,6 @@
 #include "data/loader.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -11,13 +12,14 @@ namespace keel {
 
 BatchLoader::BatchLoader(const std::string& dir, const std::string& split, int64_t seq_len, int64_t global_batch,
                          int64_t rank, int64_t world_size, uint64_t seed, int64_t prefetch, bool verify,
-                         const std::vector<std::pair<std::string, double>>& mixture)
+                         const std::vector<std::pair<std::string, double>>& mixture, WindowAlign align)
     : manifest_(read_data_manifest(dir)),
       stream_(dir, manifest_, split, verify),
       seq_len_(seq_len),
       global_batch_(global_batch),
       rank_(rank),
       seed_(seed),
+      align_(align),
       prefetch_(prefetch) {
   if (seq_len < 1 || global_batch < 1 || world_size < 1 || rank < 0 || rank >= world_size || prefetch < 0)
     throw std::invalid_argument("BatchLoader: need seq_len >= 1, global_batch >= 1, 0 <= rank < world_size, "
@@ -37,6 +39,11 @@ BatchLoader::BatchLoader(const std::string& dir, const std::string& split, int64
     shift_epochs_ = false;
   }
   if (!mixture.empty()) mixture_ = make_mixture(dir, split, mixture);
+  if (align_ != WindowAlign::none) {
+    if (split != "train") throw std::invalid_argument("BatchLoader: data.align applies to the train split");
+    if (mixture_) throw std::invalid_argument("BatchLoader: data.align does not combine with a mixture");
+    find_aligned_windows(dir);
+  }
   if (prefetch_ > 0) thread_ = std::thread(&BatchLoader::prefetch_loop, this);
 }
 
@@ -74,6 +81,44 @@ std::unique_ptr<Mixture> BatchLoader::make_mixture(const std::string& dir, const
   return std::make_unique<Mixture>(std::move(sources), seq_len_, seed_);
 }
 
+void BatchLoader::find_aligned_windows(const std::string& dir) {
+  const int64_t N = stream_.size(), T = seq_len_, eos = manifest_.tokenizer.eos_id;
+  // Document boundaries in stream order: 0, then each opening EOS (eos) or the token after one (bos).
+  std::vector<int64_t> bounds{0};
+  std::vector<int64_t> chunk;
+  constexpr int64_t kChunk = 1 << 20;
+  for (int64_t begin = 0; begin < N; begin += kChunk) {
+    const int64_t n = std::min(kChunk, N - begin);
+    chunk.resize(static_cast<size_t>(n));
+    stream_.read(begin, n, chunk.data());
+    for (int64_t i = 0; i < n; ++i) {
+      if (chunk[static_cast<size_t>(i)] != eos) continue;
+      const int64_t b = begin + i + (align_ == WindowAlign::bos ? 1 : 0);
+      if (b > bounds.back() && b < N) bounds.push_back(b);
+    }
+  }
+  // The start of the document holding position p, and the next boundary after it (N at the end).
+  auto doc_start = [&](int64_t p) { return *(std::upper_bound(bounds.begin(), bounds.end(), p) - 1); };
+  auto next_bound = [&](int64_t p) {
+    auto it = std::upper_bound(bounds.begin(), bounds.end(), p);
+    return it == bounds.end() ? N : *it;
+  };
+  int64_t covered_end = 0, repeated = 0;
+  for (int64_t s = 0; s + T + 1 <= N;) {
+    aligned_starts_.push_back(s);
+    if (s < covered_end) repeated += covered_end - s;
+    covered_end = s + T;
+    const int64_t e = s + T, d = doc_start(e);
+    if (d == e || d <= s || next_bound(d) - d > T) s = e;  // a boundary, or a document that continues
+    else s = d;                                              // a cut document starts the next window whole
+  }
+  if (aligned_starts_.empty())
+    throw DataError(dir + ": the train split has no window of " + std::to_string(T + 1) + " tokens for data.align");
+  windows_ = static_cast<int64_t>(aligned_starts_.size());
+  shift_epochs_ = false;
+  repeated_fraction_ = static_cast<double>(repeated) / static_cast<double>(windows_ * T);
+}
+
 BatchLoader::~BatchLoader() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -87,6 +132,8 @@ int64_t BatchLoader::window_start(int64_t g) const {
   if (mixture_) return mixture_->window_start(g);
   const int64_t epoch = g / windows_, k = g % windows_;
   const uint64_t epoch_key = mix64(seed_ ^ mix64(static_cast<uint64_t>(epoch) + 0x5eed));
+  if (!aligned_starts_.empty())
+    return aligned_starts_[static_cast<size_t>(Permutation(windows_, epoch_key)(static_cast<uint64_t>(k)))];
   const int64_t offset = (epoch == 0 || !shift_epochs_) ? 0 : static_cast<int64_t>(mix64(epoch_key) % seq_len_);
   return offset + static_cast<int64_t>(Permutation(windows_, epoch_key)(static_cast<uint64_t>(k))) * seq_len_;
 }

@@ -15,6 +15,19 @@
 // exactly the batches it would have seen, ranks are disjoint, and together
 // they form the single-process global batch.
 //
+// Aligned windows (data.align: eos | bos, train split only): the grid is
+// replaced by windows that start at document boundaries, found once by
+// scanning the split: an opening EOS (eos) or the token after it (bos), and
+// the split's first token. Window k+1 starts where window k's T inputs end
+// (e = s + T) when e is a boundary or window k held one document; when a
+// document that began inside window k is cut at e, window k+1 starts at that
+// document again if it fits in a window (its head is then seen twice, the
+// price of every document being seen from its start and no token dropped),
+// and at e otherwise (a document longer than a window continues). The
+// windows are permuted per epoch as on the grid (no epoch offset: the
+// boundaries are the data's), so the batch stays a pure function of
+// (data, seed, step, rank, world size).
+//
 // Validation order (val_batch): window k starts at k*T, k in
 // [0, floor((N-1)/T)); batch i holds windows i*B + j (mod the window count),
 // the same for every run and seed.
@@ -40,6 +53,7 @@
 #include <thread>
 #include <vector>
 
+#include "config/data_config.h"
 #include "data/manifest.h"
 #include "data/mixture.h"
 #include "data/token_stream.h"
@@ -61,7 +75,8 @@ class BatchLoader {
   // single-stream order; the train split only.
   BatchLoader(const std::string& data_dir, const std::string& split, int64_t seq_len, int64_t global_batch,
               int64_t rank, int64_t world_size, uint64_t seed, int64_t prefetch, bool verify = true,
-              const std::vector<std::pair<std::string, double>>& mixture = {});
+              const std::vector<std::pair<std::string, double>>& mixture = {},
+              WindowAlign align = WindowAlign::none);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -84,6 +99,10 @@ class BatchLoader {
   int64_t windows_per_epoch() const { return windows_; }  // training order
   int64_t val_windows() const { return val_windows_; }    // distinct sequential windows
   double epochs_at(int64_t step) const;                   // epochs consumed after `step` steps
+  WindowAlign align() const { return align_; }
+  // Aligned windows: the share of an epoch's input tokens that another
+  // window also holds (the heads of cut documents seen again); 0 on the grid.
+  double repeated_fraction() const { return repeated_fraction_; }
   int64_t vocab_size() const { return manifest_.tokenizer.vocab_size; }
   int32_t eos_id() const { return manifest_.tokenizer.eos_id; }
   const DataManifest& manifest() const { return manifest_; }
@@ -112,6 +131,10 @@ class BatchLoader {
   uint64_t seed_;
   int64_t windows_ = 0, val_windows_ = 0;
   bool shift_epochs_ = true;
+  WindowAlign align_ = WindowAlign::none;
+  std::vector<int64_t> aligned_starts_;  // data.align: the windows' starts, in stream order
+  double repeated_fraction_ = 0;
+  void find_aligned_windows(const std::string& dir);
   std::unique_ptr<Mixture> mixture_;
   std::atomic<bool> pinned_{false};
 

@@ -104,11 +104,14 @@ void Bench::setup() {
     ensure_prepared(cfg_);
     loader_ = std::make_unique<BatchLoader>(cfg_.data.dir, "train", geometry_.seq_len, geometry_.global_batch, 0, 1,
                                             static_cast<uint64_t>(cfg_.run.seed), cfg_.data.prefetch,
-                                            cfg_.data.verify, data_mixture(cfg_.data));
+                                            cfg_.data.verify, data_mixture(cfg_.data), cfg_.data.align);
   }
   torch::manual_seed(cfg_.run.seed);  // the random batches
   check_cuda_graph_setup(cfg_, compute_, 1);
   parts_ = build_training_parts(cfg_, compute_, geometry_);
+  // data.document_mask needs the data's EOS id: random batches have no documents to mask.
+  if (cfg_.data.document_mask && loader_)
+    parts_.model->set_documents({loader_->eos_id(), cfg_.data.resets_positions()});
   if (loader_ && compute_.device.is_cuda()) loader_->set_pinned(true);  // as the trainer
   counters_ = std::make_unique<DeviceCounters>(compute_.device);
 }

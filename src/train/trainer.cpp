@@ -155,12 +155,14 @@ void Trainer::setup() {
     tokenizer_path_ = cfg_.data.dir + "/" + data.tokenizer.file;
     train_data_ = std::make_unique<BatchLoader>(cfg_.data.dir, "train", geometry_.seq_len, geometry_.global_batch,
                                                 dist_->rank(), dist_->world(), static_cast<uint64_t>(cfg_.run.seed),
-                                                cfg_.data.prefetch, cfg_.data.verify, data_mixture(cfg_.data));
+                                                cfg_.data.prefetch, cfg_.data.verify, data_mixture(cfg_.data),
+                                                cfg_.data.align);
     data_skips_ = DataSkips(parse_skip_batches(cfg_.data.skip_batches, nullptr));  // a checkpoint's list replaces it
     evaluator_ = std::make_unique<Evaluator>(cfg_, data, geometry_, *dist_, compute_);
     if (!evaluator_->enabled())
       run_->log->warn("no validation split in " + cfg_.data.dir + " (data.val_fraction = 0?): evaluation is off");
     parts_ = build_training_parts(cfg_, compute_, geometry_);
+    if (cfg_.data.document_mask) parts_.model->set_documents({data.tokenizer.eos_id, cfg_.data.resets_positions()});
     // Batches in page-locked memory: their copies to the GPU do not block the host.
     if (compute_.device.is_cuda()) train_data_->set_pinned(true);
     counters_ = std::make_unique<DeviceCounters>(compute_.device);
@@ -217,6 +219,15 @@ void Trainer::print_settings() {
   row("schedule", name_of(t.schedule) + ", warm-up " + std::to_string(t.warmup_steps) + ", " + std::to_string(t.max_steps) +
                       " steps");
   row("train tokens", si(static_cast<double>(train_data_->tokens())));
+  if (cfg_.data.document_mask || cfg_.data.align != WindowAlign::none)
+    row("documents", std::string(cfg_.data.document_mask ? "attention masked per document" : "attention crosses documents") +
+                         (cfg_.data.resets_positions() ? ", positions reset" : "") + ", windows aligned: " +
+                         name_of(cfg_.data.align) +
+                         (cfg_.data.align != WindowAlign::none
+                              ? strf(" (%lld windows, %.1f%% of their tokens repeated)",
+                                     static_cast<long long>(train_data_->windows_per_epoch()),
+                                     100.0 * train_data_->repeated_fraction())
+                              : ""));
   if (const Mixture* mix = train_data_->mixture()) {
     row("data mixture", strf("%zu sources, shares by weight over %lld sequences", mix->sources().size(),
                              static_cast<long long>(t.max_steps * g.global_batch)));

@@ -216,3 +216,78 @@ TEST(Loader, BadDirectoriesAndShortSplitsAreDataErrors) {
   }
   EXPECT_NE(msg.find(m.shards[0].file + ": checksum mismatch"), std::string::npos) << msg;
 }
+
+// data.align: every window starts at a document boundary (an opening EOS,
+// or the token after it) or continues a document longer than a window from
+// the window before; together the windows hold every token of the split up
+// to the last window's end; the repeated share is what the windows overlap;
+// the order stays a pure function of (data, seed, step, rank, world size).
+TEST(Loader, AlignedWindowsStartAtDocumentsAndDropNoToken) {
+  const auto tokens = stream_tokens("train");
+  const int64_t eos = read_data_manifest(data_dir()).tokenizer.eos_id, N = static_cast<int64_t>(tokens.size());
+  for (WindowAlign align : {WindowAlign::eos, WindowAlign::bos})
+    for (int64_t t : {int64_t{16}, int64_t{64}}) {
+      SCOPED_TRACE(name_of(align) + " T " + std::to_string(t));
+      auto boundary = [&](int64_t s) {
+        return s == 0 || (align == WindowAlign::eos ? tokens[s] == eos : tokens[s - 1] == eos);
+      };
+      const int64_t B = 4;
+      BatchLoader L(data_dir(), "train", t, B, 0, 1, 3, 0, true, {}, align);
+      const int64_t n = L.windows_per_epoch();
+      ASSERT_GT(n, 10);
+      std::set<int64_t> starts;
+      for (int64_t step = 0; static_cast<int64_t>(starts.size()) < n && step < n; ++step)
+        for (int64_t s : L.window_starts(step)) starts.insert(s);
+      ASSERT_EQ(static_cast<int64_t>(starts.size()), n) << "an epoch repeats a window";
+      int64_t at_boundary = 0, covered_to = 0, overlap = 0;
+      for (int64_t s : starts) {
+        ASSERT_LE(s + t + 1, N);
+        if (boundary(s)) {
+          ++at_boundary;
+        } else {  // a document longer than a window, continued from the window before
+          EXPECT_TRUE(starts.count(s - t)) << s;
+          int64_t d = s, next = s + 1;
+          while (!boundary(d)) --d;
+          while (next < N && !boundary(next)) ++next;
+          EXPECT_GT(next - d, t) << "window " << s << " continues a document [" << d << ", " << next << ") that fits";
+        }
+        EXPECT_LE(s, covered_to) << "tokens [" << covered_to << ", " << s << ") are in no window";
+        overlap += std::max<int64_t>(0, covered_to - s);
+        covered_to = std::max(covered_to, s + t);
+      }
+      EXPECT_GT(at_boundary, 0);
+      // Every document that fits in a window lies wholly in one (seen from its start).
+      std::vector<int64_t> bounds;
+      for (int64_t p = 0; p < covered_to; ++p)
+        if (boundary(p)) bounds.push_back(p);
+      int64_t whole = 0;
+      for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+        const int64_t d = bounds[i], next = bounds[i + 1];
+        if (next - d > t) continue;
+        auto it = starts.upper_bound(d);  // the last window starting at or before d
+        ASSERT_NE(it, starts.begin());
+        EXPECT_LE(next, *std::prev(it) + t) << "document [" << d << ", " << next << ") is cut in every window";
+        ++whole;
+      }
+      if (t == 64) EXPECT_GT(whole, 10);
+      EXPECT_GT(covered_to + t + 1, N) << "the windows stop early";
+      EXPECT_NEAR(L.repeated_fraction(), static_cast<double>(overlap) / static_cast<double>(n * t), 1e-12);
+      // The inputs of a window that starts at an opening EOS begin with it.
+      if (align == WindowAlign::eos)
+        for (int64_t s : L.window_starts(0))
+          if (s > 0 && boundary(s)) {
+            EXPECT_EQ(tokens[s], eos);
+          }
+      // Pure function of the arguments, split across ranks like the grid.
+      BatchLoader again(data_dir(), "train", t, B, 0, 1, 3, 0, true, {}, align);
+      EXPECT_TRUE(same(L.make_batch(5), again.make_batch(5)));
+      std::vector<torch::Tensor> parts;
+      for (int64_t r = 0; r < 2; ++r)
+        parts.push_back(BatchLoader(data_dir(), "train", t, B, r, 2, 3, 0, true, {}, align).make_batch(9).inputs);
+      EXPECT_TRUE(torch::cat(parts).equal(L.make_batch(9).inputs));
+      // Another seed, another order of the same windows.
+      BatchLoader other(data_dir(), "train", t, B, 0, 1, 4, 0, true, {}, align);
+      EXPECT_NE(other.window_starts(0), L.window_starts(0));
+    }
+  EXPECT_THROW(BatchLoader(data_dir(), "val", T, 4, 0, 1, 3, 0, true, {}, WindowAlign::eos), std::invalid_argument);
+}
