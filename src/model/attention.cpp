@@ -4,6 +4,7 @@
 #include <ATen/autocast_mode.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "model/blockwise_attention.h"
 #include "model/fused_ops.h"
@@ -148,6 +149,44 @@ torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k,
   return torch::matmul(p.to(v.scalar_type()), vx);
 }
 
+std::pair<torch::Tensor, int64_t> document_cu_seqlens(const torch::Tensor& segments_host) {
+  TORCH_CHECK(segments_host.dim() == 2 && segments_host.device().is_cpu() && segments_host.scalar_type() == torch::kInt64,
+              "document_cu_seqlens: segments must be int64 [B, T] on the CPU");
+  const auto seg = segments_host.contiguous();
+  const int64_t B = seg.size(0), T = seg.size(1);
+  const int64_t* s = seg.data_ptr<int64_t>();
+  std::vector<int32_t> cu{0};
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 1; t <= T; ++t)
+      if (t == T || s[b * T + t] != s[b * T + t - 1]) {  // a document ends before t
+        const int64_t start = cu.back(), end = b * T + t;
+        longest = std::max(longest, end - start);
+        cu.push_back(static_cast<int32_t>(end));
+      }
+  return {torch::tensor(cu, torch::kInt32), longest};
+}
+
+bool document_varlen_requested() {
+  static const bool on = [] {
+    const char* v = std::getenv("KEEL_DOCUMENT_VARLEN");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+
+torch::Tensor varlen_document_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                        const torch::Tensor& segments_host, double scale) {
+  const int64_t B = q.size(0), H = q.size(1), Hkv = k.size(1), T = q.size(2), D = q.size(3);
+  auto [cu, longest] = document_cu_seqlens(segments_host);
+  cu = cu.to(q.device(), /*non_blocking=*/false);
+  // shape: [B * T, heads, D], the packed sequence varlen kernels take
+  auto flat = [&](const torch::Tensor& t, int64_t heads) { return t.transpose(1, 2).reshape({B * T, heads, D}); };
+  auto out = std::get<0>(at::_flash_attention_forward(flat(q, H), flat(k, Hkv), flat(v, Hkv), cu, cu, longest, longest,
+                                                      0.0, /*is_causal=*/true, /*return_debug_mask=*/false, scale));
+  return out.view({B, T, H, D}).transpose(1, 2);
+}
+
 std::string sdpa_backend_name(int64_t backend) {
   switch (static_cast<at::SDPBackend>(backend)) {
     case at::SDPBackend::math: return "math";
@@ -161,12 +200,20 @@ std::string sdpa_backend_name(int64_t backend) {
 }
 
 std::string AttentionImpl::kernel_name(int64_t batch, int64_t seq_len, torch::Device device,
-                                       torch::ScalarType dtype) const {
+                                       torch::ScalarType dtype, bool documents) const {
   if (softcap_ || clamp_ || track_head_max) return "blockwise";
+  if (documents && device.is_cuda() && document_varlen_requested() &&
+      (dtype == torch::kBFloat16 || dtype == torch::kHalf) && head_dim_ % 8 == 0 && head_dim_ <= 256)
+    return "flash_attention_varlen";
   // SDPA's own selection, asked with tensors of the training shapes (values unused).
   auto opts = torch::TensorOptions().dtype(dtype).device(device).requires_grad(true);
   auto q = torch::empty({batch, n_heads_, seq_len, head_dim_}, opts);
   auto kv = torch::empty({batch, n_kv_heads_, seq_len, head_dim_}, opts);
+  if (documents) {  // the block-diagonal causal mask instead of is_causal
+    auto mask = torch::ones({batch, 1, seq_len, seq_len}, torch::TensorOptions().dtype(torch::kBool).device(device));
+    return sdpa_backend_name(at::_fused_sdp_choice(q, kv, kv, mask, 0.0, /*is_causal=*/false, scale_,
+                                                   /*enable_gqa=*/n_kv_heads_ != n_heads_)) + " with a document mask";
+  }
   return sdpa_backend_name(at::_fused_sdp_choice(q, kv, kv, c10::nullopt, 0.0, /*is_causal=*/true, scale_,
                                                  /*enable_gqa=*/n_kv_heads_ != n_heads_));
 }
@@ -214,9 +261,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
 
   torch::Tensor y;
   const bool track = track_head_max && torch::GradMode::is_enabled();  // training forwards only
-  if (sdpa_path(stats != nullptr) && docs) {
+  if (sdpa_path(stats != nullptr) && docs && q.is_cuda() && document_varlen_requested() &&
+      (q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf) &&
+      k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() && head_dim_ % 8 == 0 &&
+      head_dim_ <= 256) {
+    y = varlen_document_attention(q, k, v, docs->segments_host, scale_);
+  } else if (sdpa_path(stats != nullptr) && docs) {
     // The block-diagonal causal mask, [B, 1, T, T] bools.
-    // TODO(gpu): CUDA's variable-length flash kernels (cu_seqlens) would avoid the mask; untried without a GPU.
     y = at::scaled_dot_product_attention(q, k, v, document_attention_mask(docs->segments), 0.0,
                                          /*is_causal=*/false, scale_, /*enable_gqa=*/n_kv_heads_ != n_heads_);
   } else if (sdpa_path(stats != nullptr)) {

@@ -51,7 +51,10 @@ class AttentionImpl : public torch::nn::Module {
   // Which kernel a training forward of this shape runs: "blockwise" (softcap,
   // clamp or QK-clip) or SDPA's choice for these shapes and the current
   // priority order ("flash_attention", "cudnn_attention", "math", ...).
-  std::string kernel_name(int64_t batch, int64_t seq_len, torch::Device device, torch::ScalarType dtype) const;
+  // With `documents` (data.document_mask): SDPA's choice given the mask, or
+  // "flash_attention_varlen" where varlen_document_attention would run.
+  std::string kernel_name(int64_t batch, int64_t seq_len, torch::Device device, torch::ScalarType dtype,
+                          bool documents = false) const;
 
   // QK-clip needs each head's largest logit of the step: while set, training
   // forwards take the blockwise path and keep the running per-head maximum of
@@ -90,6 +93,20 @@ torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k,
                                  double scale, c10::optional<double> softcap, AttentionStats* stats,
                                  c10::optional<double> clamp = c10::nullopt, torch::Tensor* head_max = nullptr,
                                  const torch::Tensor& segments = {});
+
+// Causal attention within documents through ATen's variable-length flash
+// kernel (FlashAttention-2's cu_seqlens): the batch's rows are flattened to
+// one packed sequence and every document of every row is its own sequence,
+// so no mask exists. q [B, H, T, D], k/v [B, Hkv, T, D] in bf16 or fp16 on
+// CUDA; segments_host the CPU copy of DocumentLayout::segments. Returns
+// [B, H, T, D]. Not yet run on a GPU: taken only with KEEL_DOCUMENT_VARLEN=1
+// (document_varlen_requested) until the GPU check has (tests/gpu/test_cuda.cpp).
+torch::Tensor varlen_document_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                        const torch::Tensor& segments_host, double scale);
+// The documents' cumulative starts over the flattened rows (int32
+// [documents + 1]) and the longest document: varlen's cu_seqlens and max length.
+std::pair<torch::Tensor, int64_t> document_cu_seqlens(const torch::Tensor& segments_host);
+bool document_varlen_requested();
 
 // Linear layer with an optional sigmaReparam scale on its weight.
 torch::Tensor reparam_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,

@@ -119,7 +119,7 @@ void TransformerImpl::begin_step() {
 std::string TransformerImpl::attention_kernel(int64_t batch, int64_t seq_len, torch::Device device,
                                               torch::ScalarType dtype) {
   if (blocks->size() == 0) return "none";
-  return blocks[0]->as<BlockImpl>()->attn->kernel_name(batch, seq_len, device, dtype);
+  return blocks[0]->as<BlockImpl>()->attn->kernel_name(batch, seq_len, device, dtype, documents_.enabled());
 }
 
 const RopeTables& TransformerImpl::rope_tables(int64_t T, torch::Device device) {

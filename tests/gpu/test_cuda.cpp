@@ -5,10 +5,13 @@
 #include <c10/cuda/CUDAFunctions.h>
 
 #include <fstream>
+#include <functional>
 
 #include "data/loader.h"
 #include "data/prepare.h"
+#include "model/attention.h"
 #include "model/blockwise_attention.h"
+#include "model/documents.h"
 #include "model/init.h"
 #include "test_util.h"
 #include "train/device.h"
@@ -203,6 +206,61 @@ TEST(Cuda, BlockwiseAttentionEqualsTheCpusWithSoftcap) {
   auto bf = grads(q.to(opts), k.to(opts), v.to(opts));
   EXPECT_LT(((bf[0] - cpu[0]).norm() / cpu[0].norm()).item<double>(), 2e-2);
   EXPECT_LT(((bf[1] - cpu[1]).norm() / cpu[1].norm()).item<double>(), 5e-2);
+}
+
+// data.document_mask on CUDA: SDPA with the block-diagonal mask, the
+// blockwise path and the varlen flash kernel (KEEL_DOCUMENT_VARLEN=1) all
+// equal each document computed alone, outputs and gradients, in bf16.
+TEST(Cuda, DocumentMaskedAttentionEqualsEachDocumentAlone) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(4);
+  const std::vector<std::vector<int64_t>> lengths = {{100, 28, 72, 56}, {256}};
+  std::vector<int64_t> ids;
+  for (const auto& row : lengths)
+    for (size_t d = 0; d < row.size(); ++d) ids.insert(ids.end(), static_cast<size_t>(row[d]), static_cast<int64_t>(d));
+  auto seg_host = torch::tensor(ids, torch::kInt64).view({2, 256});
+  auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  auto q = torch::randn({2, 8, 256, 64}, opts), k = torch::randn({2, 2, 256, 64}, opts), v = torch::randn({2, 2, 256, 64}, opts);
+  auto dy = torch::randn({2, 8, 256, 64}, opts);
+  auto run = [&](const std::function<torch::Tensor(torch::Tensor, torch::Tensor, torch::Tensor)>& f) {
+    auto qq = q.clone().requires_grad_(true), kk = k.clone().requires_grad_(true), vv = v.clone().requires_grad_(true);
+    auto y = f(qq, kk, vv);
+    y.backward(dy);
+    return std::vector<torch::Tensor>{y.detach().to(torch::kFloat32), qq.grad().to(torch::kFloat32),
+                                      kk.grad().to(torch::kFloat32), vv.grad().to(torch::kFloat32)};
+  };
+  auto alone = run([&](auto qq, auto kk, auto vv) {  // fp32, one document at a time
+    std::vector<torch::Tensor> rows;
+    for (size_t b = 0; b < lengths.size(); ++b) {
+      std::vector<torch::Tensor> docs;
+      int64_t start = 0;
+      for (int64_t n : lengths[b]) {
+        auto sl = [&](const torch::Tensor& t) { return t.narrow(0, static_cast<int64_t>(b), 1).narrow(2, start, n).to(torch::kFloat32); };
+        docs.push_back(explicit_attention(sl(qq), sl(kk), sl(vv), 0.125, c10::nullopt, nullptr));
+        start += n;
+      }
+      rows.push_back(torch::cat(docs, 2));
+    }
+    return torch::cat(rows, 0);
+  });
+  auto seg = seg_host.cuda();
+  auto sdpa = run([&](auto qq, auto kk, auto vv) {
+    return at::scaled_dot_product_attention(qq, kk, vv, document_attention_mask(seg), 0.0, false, 0.125, true);
+  });
+  auto blockwise = run([&](auto qq, auto kk, auto vv) {
+    BlockwiseOptions o;
+    o.scale = 0.125;
+    o.block_q = o.block_k = 64;
+    o.segments = seg;
+    o.segments_host = seg_host;
+    return blockwise_attention(qq, kk, vv, o).out;
+  });
+  auto varlen = run([&](auto qq, auto kk, auto vv) { return varlen_document_attention(qq, kk, vv, seg_host, 0.125); });
+  const char* names[] = {"out", "dq", "dk", "dv"};
+  for (const auto& [name, got] : std::vector<std::pair<std::string, std::vector<torch::Tensor>>>{
+           {"sdpa", sdpa}, {"blockwise", blockwise}, {"varlen", varlen}})
+    for (size_t i = 0; i < 4; ++i)
+      EXPECT_LT(((got[i] - alone[i]).norm() / alone[i].norm()).item<double>(), 3e-2) << name << " " << names[i];
 }
 
 TEST(Cuda, FusedAdamWEqualsReference) {

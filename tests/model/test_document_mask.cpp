@@ -232,6 +232,9 @@ TEST(DocumentMask, StatisticsForwardGivesTheSameLogits) {
   EXPECT_GT(max_abs_diff(with_stats, model->forward(ids)), 1e-4);  // the mask changed them
   ASSERT_EQ(stats.size(), 2u);
   EXPECT_TRUE(stats[0].entropy.defined());
+  model->set_documents({1, true});
+  // The settings table names the masked SDPA call (or varlen, on CUDA when asked).
+  EXPECT_NE(model->attention_kernel(2, 16, torch::kCPU, torch::kFloat32).find("with a document mask"), std::string::npos);
 }
 
 // The blockwise path skips key blocks wholly in earlier documents: its
@@ -285,6 +288,15 @@ TEST(DocumentMask, RopeAtPositionsEqualsTheWindowFromPositionZero) {
   EXPECT_TRUE(torch::allclose(y.narrow(1, 3, 3), keel::apply_rope(x.narrow(1, 3, 3).contiguous(), tables), 1e-12, 1e-12));
   EXPECT_TRUE(torch::allclose(y.narrow(1, 0, 3), keel::apply_rope(x.narrow(1, 0, 3).contiguous(), tables), 1e-12, 1e-12));
   EXPECT_FALSE(torch::allclose(y, keel::apply_rope(x, tables), 1e-6, 1e-6));
+}
+
+// The varlen kernel's input (CUDA; tests/gpu/test_cuda.cpp runs the kernel):
+// every document of every row, rows flattened, and the longest.
+TEST(DocumentMask, CuSeqlensListEveryDocumentOfEveryRow) {
+  auto [cu, longest] = keel::document_cu_seqlens(segments_of({{3, 5, 8}, {16}, {1, 15}}));
+  EXPECT_TRUE(torch::equal(cu, torch::tensor({0, 3, 8, 16, 32, 33, 48}, torch::kInt32)));
+  EXPECT_EQ(longest, 16);
+  EXPECT_EQ(cu.scalar_type(), torch::kInt32);
 }
 
 }  // namespace
