@@ -26,6 +26,7 @@ set(KEEL_TENSOR_SOURCES
   src/model/rope.cpp
   src/model/sigma_reparam.cpp
   src/model/transformer.cpp
+  src/monitor/param_stats.cpp
   src/monitor/stability.cpp
   src/train/bench.cpp
   src/train/coord_check.cpp

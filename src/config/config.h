@@ -178,6 +178,7 @@ struct MonitorConfig {
   int64_t every = 50;                      // attention/logit statistics every N steps (0: off)
   int64_t sequences = 2;                   // sequences of the batch used for statistics
   bool layer_grad_norms = false;
+  bool param_stats = true;                 // per-matrix optimizer and activation statistics at monitor steps
   int64_t spike_window = 128;
   double spike_threshold = 6.0;
   int64_t spike_warmup = 64;

@@ -103,6 +103,10 @@ void declare_monitor_keys(Schema& s, MonitorConfig& m) {
   s.integer("monitor.every", &m.every, "steps between attention/logit statistics; 0 = off").min = 0;
   s.integer("monitor.sequences", &m.sequences, "sequences of the batch used for statistics").min = 1;
   s.boolean("monitor.layer_grad_norms", &m.layer_grad_norms, "log per-layer gradient norms");
+  s.boolean("monitor.param_stats", &m.param_stats,
+            "at monitor steps, per matrix: gradient, weight and update RMS, update/weight, Adam's first-moment RMS "
+            "and the share of sqrt(v_hat) under eps and 10 eps (Muon: momentum RMS); per block: RMS and max |x| "
+            "of the residual stream and of each sublayer output (metrics.jsonl \"params\", \"activations\")");
   s.integer("monitor.spike_window", &m.spike_window, "rolling window of the spike z-score").min = 2;
   auto& th = s.real("monitor.spike_threshold", &m.spike_threshold, "z-score that flags a spike");
   th.min = 0;

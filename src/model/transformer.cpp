@@ -68,6 +68,7 @@ void ActivationRms::add(const std::string& name, const torch::Tensor& x) {
   torch::NoGradGuard no_grad;
   names.push_back(name);
   values.push_back(x.detach().to(torch::kFloat32).pow(2).mean().sqrt());
+  max_abs.push_back(x.detach().abs().amax().to(torch::kFloat32));
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats,

@@ -34,7 +34,8 @@ TORCH_MODULE(Mlp);
 // scalars: read them after the forward, with one sync.
 struct ActivationRms {
   std::vector<std::string> names;
-  std::vector<torch::Tensor> values;
+  std::vector<torch::Tensor> values;   // RMS
+  std::vector<torch::Tensor> max_abs;  // max |x| (outlier features)
   void add(const std::string& name, const torch::Tensor& x);
 };
 

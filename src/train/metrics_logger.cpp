@@ -104,6 +104,7 @@ void MetricsLogger::write(const StepPlan& plan, const Interval& in, const Device
     rec["update_ratio"] = r.update_ratio;
   }
   if (!r.layer_grad_norms.is_null()) rec["layer_grad_norms"] = r.layer_grad_norms;
+  if (!r.param_stats.is_null()) rec["params"] = r.param_stats;
   // A stop record leaves the pending spikes to the next regular record, where an uninterrupted run has them.
   if (regular && !spikes_.empty()) rec["spikes"] = std::exchange(spikes_, nlohmann::json::array());
   if (!regular) rec["stop"] = why;
@@ -111,6 +112,7 @@ void MetricsLogger::write(const StepPlan& plan, const Interval& in, const Device
   if (!r.stats.is_null()) {
     rec["attn"] = r.stats["attn"];
     rec["output"] = r.stats["output"];
+    if (r.stats.contains("activations")) rec["activations"] = r.stats["activations"];
     monitor_text = strf(" | attn L0 max %.1f | logit max %.1f", r.stats["attn"][0]["max_logit"].get<double>(),
                         r.stats["output"]["max_logit"].get<double>());
   }

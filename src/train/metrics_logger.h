@@ -28,6 +28,7 @@ struct StepReport {
   double param_norm = NAN;           // logged steps: |W| after the update
   double update_ratio = NAN;         // |dW| / |W|
   nlohmann::json layer_grad_norms;   // monitor.layer_grad_norms on logged steps
+  nlohmann::json param_stats;        // monitor steps: per-matrix optimizer statistics (monitor/param_stats.h)
 };
 
 class MetricsLogger {

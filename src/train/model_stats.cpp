@@ -7,8 +7,10 @@ namespace keel {
 nlohmann::json collect_model_stats(Transformer& model, const torch::Tensor& inputs, bool bf16_autocast) {
   torch::NoGradGuard no_grad;
   std::vector<AttentionStats> layers;
+  ActivationRms activations;
   ForwardOptions options;
   options.attention_stats = &layers;
+  options.activations = &activations;
   torch::Tensor logits;
   {
     AutocastScope autocast(bf16_autocast, inputs.device().type());
@@ -23,6 +25,8 @@ nlohmann::json collect_model_stats(Transformer& model, const torch::Tensor& inpu
     parts.push_back(torch::stack({s.max_score, s.max_score_capped, s.q_norm_mean, s.q_norm_max, s.k_norm_mean,
                                   s.k_norm_max, s.entropy, s.first_token_mass})
                         .to(torch::kFloat64));
+  for (size_t i = 0; i < activations.names.size(); ++i)
+    parts.push_back(torch::stack({activations.values[i], activations.max_abs[i]}).to(torch::kFloat64));
   parts.push_back(torch::stack({real.abs().max(), log_z.mean(), log_z.pow(2).mean()}).to(torch::kFloat64));
   auto host = torch::cat(parts).cpu();
   const double* v = host.data_ptr<double>();
@@ -37,7 +41,11 @@ nlohmann::json collect_model_stats(Transformer& model, const torch::Tensor& inpu
                     {"k_norm_max", v[5]},
                     {"entropy", v[6]},
                     {"first_token_mass", v[7]}});
-  return {{"attn", attn}, {"output", {{"max_logit", v[0]}, {"mean_log_z", v[1]}, {"z_loss", v[2]}}}};
+  // The residual stream after each block and each sublayer's output as the stream receives it.
+  nlohmann::json acts = nlohmann::json::object();
+  for (size_t i = 0; i < activations.names.size(); ++i, v += 2)
+    acts[activations.names[i]] = {{"rms", v[0]}, {"max_abs", v[1]}};
+  return {{"attn", attn}, {"activations", acts}, {"output", {{"max_logit", v[0]}, {"mean_log_z", v[1]}, {"z_loss", v[2]}}}};
 }
 
 double parameter_norm(Transformer& model) {

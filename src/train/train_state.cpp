@@ -49,7 +49,7 @@ bool safe_to_change(const std::string& key) {
   static const std::set<std::string> safe = {
       "train.max_steps",       "train.log_every",       "train.eval_every", "train.eval_batches",
       "checkpoint.every",      "checkpoint.keep_last",  "checkpoint.keep_every", "checkpoint.at_end",
-      "monitor.every",         "monitor.sequences",     "monitor.layer_grad_norms", "monitor.stop_on_divergence",
+      "monitor.every",         "monitor.sequences",     "monitor.layer_grad_norms", "monitor.param_stats", "monitor.stop_on_divergence",
       "data.prefetch",         "run.overwrite",         "dist.timeout_s",        "dist.bucket_mb",        "dist.overlap",
       "dist.backend",          "run.name",
       "run.out_dir",           "run.tensorboard",

@@ -16,6 +16,7 @@
 #include "train/init_from.h"
 #include "model/parametrization.h"
 #include "train/model_stats.h"
+#include "monitor/param_stats.h"
 #include "optim/qk_clip.h"
 #include "optim/schedule.h"
 #include "train/trainer_impl.h"
@@ -260,8 +261,9 @@ StepReport Trainer::train_step(const StepPlan& plan) {
   const bool graphed = runner.graph_mode();
   StepReport report;
   report.lr = lr_at(cfg_.train, index);
-  std::vector<torch::Tensor> before;  // logged steps: the weights before the update
-  if (plan.log) {
+  std::vector<torch::Tensor> before;  // logged and monitor steps: the weights before the update
+  const bool param_stats = plan.monitor && rank0() && cfg_.monitor.param_stats;
+  if (plan.log || param_stats) {
     torch::NoGradGuard no_grad;
     for (const auto& p : parts_.optimizer->params()) before.push_back(p.param.detach().clone());
   }
@@ -319,6 +321,10 @@ StepReport Trainer::train_step(const StepPlan& plan) {
   }
   metrics_->step_done(loader_ms, comm_ms);
   if (plan.log) measure_update(before, report);
+  if (param_stats)
+    report.param_stats = keel::param_stats(*parts_.optimizer, before,
+                                           cfg_.train.eps * forward_scaling(cfg_.model).adam_eps_mult,
+                                           cfg_.train.beta2);
   return report;
 }
 

@@ -85,7 +85,9 @@ TEST(Bench, JsonRecordIsCompleteAndConsistent) {
   const auto& m = r["monitor"];
   EXPECT_EQ(m["every"], 10);
   EXPECT_GT(m["stats_ms"].get<double>(), 0);
-  EXPECT_NEAR(m["amortized_ms_per_step"].get<double>(), m["stats_ms"].get<double>() / 10, 1e-9);
+  EXPECT_GT(m["param_stats_ms"].get<double>(), 0);  // monitor.param_stats is on by default
+  EXPECT_NEAR(m["amortized_ms_per_step"].get<double>(),
+              (m["stats_ms"].get<double>() + m["param_stats_ms"].get<double>()) / 10, 1e-9);
   EXPECT_NEAR(m["percent_of_step"].get<double>(), 100 * m["amortized_ms_per_step"].get<double>() / med, 1e-6);
   EXPECT_NE(out.find("tokens/s"), std::string::npos) << out;
   EXPECT_NE(out.find("MFU"), std::string::npos) << out;

@@ -31,6 +31,20 @@ TEST(ModelStats, MatchesDirectComputation) {
     EXPECT_DOUBLE_EQ(stats["attn"][i]["entropy"].get<double>(), layers[i].entropy.item<float>());
     EXPECT_LE(stats["attn"][i]["max_logit_capped"].get<double>(), 5.0);
   }
+  // Activations: the residual stream after each block and each sublayer output, RMS and max |x|.
+  ActivationRms acts;
+  ForwardOptions ao;
+  ao.activations = &acts;
+  model->forward(x, ao);
+  ASSERT_EQ(stats["activations"].size(), acts.names.size());
+  for (size_t i = 0; i < acts.names.size(); ++i) {
+    const auto& a = stats["activations"][acts.names[i]];
+    EXPECT_DOUBLE_EQ(a["rms"].get<double>(), acts.values[i].item<float>()) << acts.names[i];
+    EXPECT_DOUBLE_EQ(a["max_abs"].get<double>(), acts.max_abs[i].item<float>()) << acts.names[i];
+    EXPECT_GE(a["max_abs"].get<double>(), a["rms"].get<double>()) << acts.names[i];
+  }
+  EXPECT_TRUE(stats["activations"].contains("block2.out"));
+  EXPECT_TRUE(stats["activations"].contains("block0.attn"));
   auto log_z = torch::logsumexp(logits, -1);
   EXPECT_NEAR(stats["output"]["max_logit"].get<double>(), logits.abs().max().item<double>(), 1e-6);
   EXPECT_NEAR(stats["output"]["mean_log_z"].get<double>(), log_z.mean().item<double>(), 1e-5);

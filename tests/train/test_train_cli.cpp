@@ -132,6 +132,15 @@ TEST_F(TrainCli, LossFallsAndFilesAreWritten) {
   ASSERT_EQ(third["attn"].size(), 2u);
   EXPECT_GT(third["attn"][0]["max_logit"].get<double>(), 0.0);
   EXPECT_GT(third["output"]["mean_log_z"].get<double>(), 0.0);
+  // Per-matrix optimizer statistics and activations on monitor steps (monitor.param_stats).
+  ASSERT_TRUE(third.contains("params")) << line;
+  const auto& wq = third["params"]["blocks.1.attn.wq"];
+  EXPECT_GT(wq["update_rms"].get<double>(), 0.0);
+  EXPECT_GT(wq["m_rms"].get<double>(), 0.0);
+  EXPECT_GE(wq["v_below_eps"].get<double>(), 0.0);
+  EXPECT_NEAR(wq["update_ratio"].get<double>(), wq["update_rms"].get<double>() / wq["weight_rms"].get<double>(), 1e-9);
+  EXPECT_GT(third["activations"]["block1.out"]["max_abs"].get<double>(),
+            third["activations"]["block1.out"]["rms"].get<double>());
   EXPECT_EQ(read_json(run_path("falls") + "/summary.json")["max_attn_logit_per_layer"].size(), 2u);
   // Sampling is deterministic for a seed.
   std::string s1, s2, s3;
@@ -212,7 +221,7 @@ TEST_F(TrainCli, ResumeInsideALoggingIntervalLogsTheSameValues) {
     SCOPED_TRACE("step " + a[i]["step"].dump());
     EXPECT_EQ(a[i]["step"], b[i]["step"]);
     for (const char* key : {"loss", "grad_norm", "lr", "val_loss", "param_norm", "update_ratio", "attn", "output",
-                            "spikes", "spike_score_percent"})
+                            "params", "activations", "spikes", "spike_score_percent"})
       EXPECT_EQ(a[i].value(key, nlohmann::json()), b[i].value(key, nlohmann::json())) << key;
   }
   // The elapsed time continues across the attempts instead of restarting at 0.
