@@ -16,6 +16,12 @@ metrics.jsonl and spikes.jsonl; writes OUT_DIR/plots/:
   grad_norm     gradient norm per variant (log y), detected spikes marked
   output_logit  largest output logit and mean log Z per variant (when the
                 runs logged output-logit statistics)
+  layer_update_ratio  per variant, at its largest LR (first seed): each
+                block's update/weight RMS ratio (mean over its matrices)
+                against step, colour by layer (monitor.param_stats)
+  adam_eps_share  per variant, one curve per LR: the share of Adam's
+                second-moment entries with sqrt(v_hat) under eps, over all
+                matrices (Wortsman et al. 2023, section 3.4)
 
 With a model-size axis (`sizes:` in the sweep file; Wortsman et al. 2023,
 Fig. 1) also:
@@ -249,6 +255,68 @@ def size_plots(rows, sens, init, attn_threshold, plots):
     save(fig, plots, "attn_logit_vs_params")
 
 
+def block_of(name):
+    """The block index of a parameter name (blocks.N.*), or None."""
+    parts = name.split(".")
+    return int(parts[1]) if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit() else None
+
+
+def param_plots(variants, curves, colour, norm, cmap, plots):
+    """monitor.param_stats: per-layer update/weight ratios and Adam's eps share."""
+    # Per-layer update ratio at each variant's largest LR (the run nearest its edge).
+    fig, axes = variant_grid(len(variants))
+    layer_cmap = plt.get_cmap("plasma")
+    for ax, variant in zip(axes, variants):
+        points = [(number(r["lr"]), r.get("seed", ""), recs) for r, recs, _ in curves.values()
+                  if r["variant"] == variant and any(x.get("params") for x in recs)]
+        if not points:
+            continue
+        lr, _, recs = max(points, key=lambda p: (p[0], str(p[1])))
+        by_layer = {}
+        for x in recs:
+            for name, st in (x.get("params") or {}).items():
+                b = block_of(name)
+                if b is not None and isinstance(st.get("update_ratio"), (int, float)):
+                    by_layer.setdefault(b, {}).setdefault(x["step"], []).append(st["update_ratio"])
+        n = max(by_layer) + 1 if by_layer else 1
+        for b, steps in sorted(by_layer.items()):
+            pts = sorted((step, statistics.fmean(v)) for step, v in steps.items())
+            ax.plot(*zip(*pts), color=layer_cmap(b / max(1, n - 1) * 0.85), linewidth=1, marker=".", markersize=3,
+                    label=f"block {b}")
+        ax.set_yscale("log")
+        ax.set_title(f"{variant}, LR {lr:g}")
+        ax.set_xlabel("step")
+        ax.set_ylabel("update / weight RMS")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("per-layer update size relative to the weights (mean over each block's matrices)")
+    save(fig, plots, "layer_update_ratio")
+
+    # The share of Adam's second moment under eps, over all matrices with moments.
+    fig, axes = variant_grid(len(variants))
+    for ax, variant in zip(axes, variants):
+        for r, recs, _ in curves.values():
+            if r["variant"] != variant:
+                continue
+            pts = []
+            for x in recs:
+                shares = [st["v_below_eps"] for st in (x.get("params") or {}).values()
+                          if isinstance(st.get("v_below_eps"), (int, float))]
+                if shares:
+                    pts.append((x["step"], statistics.fmean(shares)))
+            if pts:
+                ax.plot(*zip(*pts), color=colour(number(r["lr"])), linewidth=1, marker=".", markersize=3)
+        ax.set_title(variant)
+        ax.set_xlabel("step")
+        ax.set_ylabel("share of sqrt(v_hat) < eps")
+        ax.grid(True, alpha=0.3)
+    if norm:
+        sm = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
+        fig.colorbar(sm, ax=axes, label="peak LR", aspect=30)
+    fig.suptitle("Adam's second moment under eps (mean over tensors)")
+    save(fig, plots, "adam_eps_share")
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -361,6 +429,9 @@ def main():
             fig.colorbar(sm, ax=axes, label="peak LR", aspect=30)
         fig.suptitle("output logits")
         save(fig, plots, "output_logit")
+
+    if any(x.get("params") for _, recs, _ in curves.values() for x in recs):
+        param_plots(variants, curves, colour, norm, cmap, plots)
 
     if any(r.get("size") for r in rows):
         sens = list(csv.DictReader((out_dir / "lr_sensitivity.csv").open()))

@@ -120,9 +120,10 @@ TEST_F(SweepCli, TinyGridRunsAndTheReportBuilds) {
   for (const char* s : {"## Learning-rate sensitivity per variant", "| rms | 2/2 | 1 | 0 |", "![loss_vs_lr](plots/loss_vs_lr.png)",
                         "![attn_logit](plots/attn_logit.png)", "![grad_norm](plots/grad_norm.png)",
                         "![loss_curves](plots/loss_curves.png)", "| none_lr=1e-2 | none | 0.01 | completed | 6/6 |",
+                        "![layer_update_ratio](plots/layer_update_ratio.png)", "![adam_eps_share](plots/adam_eps_share.png)",
                         "--parallel 2"})
     EXPECT_NE(md.find(s), std::string::npos) << s << "\n" << md;
-  for (const char* p : {"loss_vs_lr", "loss_curves", "attn_logit", "grad_norm"})
+  for (const char* p : {"loss_vs_lr", "loss_curves", "attn_logit", "grad_norm", "layer_update_ratio", "adam_eps_share"})
     for (const char* ext : {".png", ".svg"}) {
       const std::string f = out("e2e") + "/plots/" + p + ext;
       EXPECT_TRUE(keel::path_exists(f) && keel::file_size(f) > 1000) << f;
