@@ -1,9 +1,15 @@
 #include "monitor/param_stats.h"
 
 #include <cmath>
+#include <iterator>
 #include <map>
 
 namespace keel {
+
+namespace {
+// Optimizer::step_stats keys, in the order of the row's last columns.
+constexpr const char* kStepStats[] = {"ns_rms", "ns_sigma_max", "update_spectral"};
+}  // namespace
 
 nlohmann::json param_stats(const Optimizer& optimizer, const std::vector<torch::Tensor>& before, double eps,
                            double beta2) {
@@ -41,6 +47,16 @@ nlohmann::json param_stats(const Optimizer& optimizer, const std::vector<torch::
     } else {
       row.insert(row.end(), 3, nan);
     }
+    // Statistics only the optimizer saw (Muon's Newton–Schulz output), or NaN.
+    const auto extra = optimizer.step_stats().find(p.name);
+    for (const char* key : kStepStats) {
+      torch::Tensor v;
+      if (extra != optimizer.step_stats().end()) {
+        auto it = extra->second.find(key);
+        if (it != extra->second.end()) v = it->second.to(torch::kFloat32).to(w.device());
+      }
+      row.push_back(v.defined() ? v.reshape({}) : nan);
+    }
     rows.push_back(torch::stack(row));
   }
   nlohmann::json out = nlohmann::json::object();
@@ -56,6 +72,8 @@ nlohmann::json param_stats(const Optimizer& optimizer, const std::vector<torch::
     put("update_rms", a[r][2]);
     put("update_ratio", a[r][1] > 0 ? a[r][2] / a[r][1] : NAN);
     if (std::isfinite(a[r][3])) put("m_rms", a[r][3]);
+    for (size_t k = 0; k < std::size(kStepStats); ++k)
+      if (std::isfinite(a[r][6 + static_cast<int64_t>(k)])) put(kStepStats[k], a[r][6 + static_cast<int64_t>(k)]);
     if (has_moments[i]) {
       put("v_below_eps", a[r][4]);
       put("v_below_10eps", a[r][5]);

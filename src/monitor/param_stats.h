@@ -20,7 +20,10 @@ namespace keel {
 // Returns {name: {grad_rms, weight_rms, update_rms, update_ratio[, m_rms]
 // [, v_below_eps, v_below_10eps]}}: m_rms is Adam's first moment or Muon's
 // momentum; v_below_* (Adam) are the fractions of entries with
-// √v̂ = √(v / (1 - β2^t)) under ε and under 10ε.
+// √v̂ = √(v / (1 - β2^t)) under ε and under 10ε; with the step recorded
+// (Optimizer::record_step_stats), Muon's matrices add ns_rms, ns_sigma_max
+// (the Newton–Schulz output's RMS and largest singular value) and
+// update_spectral (the update's spectral norm: LR × adjustment × σ_max).
 nlohmann::json param_stats(const Optimizer& optimizer, const std::vector<torch::Tensor>& before, double eps,
                            double beta2);
 

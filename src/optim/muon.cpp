@@ -131,6 +131,15 @@ void Muon::step_muon(double lr, const torch::Tensor& lr_tensor, const torch::Ten
     int64_t row = 0;
     for (size_t i : present) {
       auto& p = muon_params_[i].param;
+      if (record_step_stats_) {  // monitor steps only: a few reductions and one small SVD per matrix
+        torch::NoGradGuard no_grad;
+        const auto pieces_o = ortho.narrow(0, row, pieces(i)).to(torch::kFloat32);  // shape: [pieces, m, n]
+        const auto sigma = torch::linalg_matrix_norm(pieces_o, 2, {-2, -1}).amax();
+        auto& st = step_stats_[muon_params_[i].name];
+        st["ns_rms"] = pieces_o.pow(2).mean().sqrt();
+        st["ns_sigma_max"] = sigma;
+        if (!lr_tensor.defined()) st["update_spectral"] = sigma * (lr * g.lr_adjustment);
+      }
       auto o = ortho.narrow(0, row, pieces(i)).reshape(p.sizes()).to(p.scalar_type());
       row += pieces(i);
       if (!lr_tensor.defined() && !found_inf.defined()) {

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,8 +52,21 @@ class Optimizer {
   // host in the middle of the step), or empty when it can.
   virtual std::string graph_capture_obstacle() const = 0;
 
+  // Monitor steps: while on, the next step() keeps statistics of the update
+  // it computes that only the optimizer sees (Muon: the Newton–Schulz
+  // output's RMS and largest singular value, and the update's spectral
+  // norm), as device scalars by parameter name and statistic
+  // (monitor/param_stats.h reads them). Off again by the caller.
+  void record_step_stats(bool on) {
+    record_step_stats_ = on;
+    if (on) step_stats_.clear();
+  }
+  const std::map<std::string, std::map<std::string, torch::Tensor>>& step_stats() const { return step_stats_; }
+
  protected:
   std::vector<NamedParam> params_;
+  bool record_step_stats_ = false;
+  std::map<std::string, std::map<std::string, torch::Tensor>> step_stats_;
 };
 
 class AdamW : public Optimizer {

@@ -316,7 +316,9 @@ StepReport Trainer::train_step(const StepPlan& plan) {
     stability_->push(plan.step, signals);
   }
   if (!graphed) {
+    parts_.optimizer->record_step_stats(param_stats);
     runner.update(report.lr, skip);
+    parts_.optimizer->record_step_stats(false);
     if (cfg_.train.qk_clip_tau) apply_qk_clip();
   }
   metrics_->step_done(loader_ms, comm_ms);

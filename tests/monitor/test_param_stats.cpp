@@ -52,6 +52,7 @@ TEST(ParamStats, AdamWStepByHand) {
 TEST(ParamStats, MuonMatricesReportTheirMomentum) {
   TrainConfig t;
   t.optimizer = OptimizerKind::muon;
+  t.weight_decay = 0.0;
   torch::manual_seed(3);
   auto w = torch::randn({16, 16}).requires_grad_(true);
   auto e = torch::randn({10, 16}).requires_grad_(true);
@@ -59,9 +60,18 @@ TEST(ParamStats, MuonMatricesReportTheirMomentum) {
   w.mutable_grad() = torch::randn({16, 16});
   e.mutable_grad() = torch::randn({10, 16});
   std::vector<torch::Tensor> before = {w.detach().clone(), e.detach().clone()};
+  opt->record_step_stats(true);
   opt->step(1e-2);
+  opt->record_step_stats(false);
   auto stats = param_stats(*opt, before, t.eps, t.beta2);
   const auto& m = stats["blocks.0.mlp.w_up"];
+  // Newton–Schulz gives a near-orthogonal matrix: singular values near 1, RMS near 1/sqrt(16).
+  EXPECT_NEAR(m["ns_sigma_max"].get<double>(), 1.0, 0.35);
+  EXPECT_NEAR(m["ns_rms"].get<double>(), 0.25, 0.1);
+  // The update's spectral norm (LR x adjustment x sigma_max): without decay, the applied update's.
+  auto applied = (w.detach() - before[0]).to(torch::kFloat64);
+  EXPECT_NEAR(torch::linalg_matrix_norm(applied, 2).item<double>(), m["update_spectral"].get<double>(), 1e-5);
+  EXPECT_FALSE(stats["wte"].contains("ns_rms"));
   EXPECT_GT(m["m_rms"].get<double>(), 0);
   EXPECT_FALSE(m.contains("v_below_eps"));  // no second moment
   EXPECT_GT(m["update_rms"].get<double>(), 0);
