@@ -12,6 +12,7 @@
 
 #include "sweep/lr_transfer.h"
 #include "sweep/sweep_manifest.h"
+#include "sweep/warning_report.h"
 #include "train/run_dir.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -513,7 +514,7 @@ std::string transfer_markdown(const std::vector<VariantRow>& variants) {
 std::string report_markdown(const nlohmann::json& manifest, const std::string& sweep_dir,
                             const std::vector<PointRow>& rows, const std::vector<VariantRow>& variants,
                             const std::vector<std::string>& plots, const std::string& plot_note,
-                            const std::string& notes) {
+                            const std::string& notes, const std::string& warnings) {
   std::string m = "# Sweep `" + manifest.value("name", std::string("?")) + "`\n\n";
   if (!notes.empty()) m += notes + (notes.back() == '\n' ? "\n" : "\n\n");
   std::string axes;
@@ -590,6 +591,7 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
     m += size_markdown(rows, variants) + transfer_markdown(variants);
   if (std::any_of(rows.begin(), rows.end(), [](const PointRow& r) { return std::isfinite(r.final_mean_log_z); }))
     m += output_markdown(rows, variants);
+  m += warnings;
 
   if (!plots.empty() || !plot_note.empty()) m += "## Plots\n\n";
   if (!plot_note.empty()) m += plot_note + "\n\n";
@@ -673,7 +675,11 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
   // A hand-written reading of the results (OUT_DIR/notes.md) survives regenerating the report.
 
   const std::string notes = path_exists(out + "/notes.md") ? read_small_file(out + "/notes.md") : "";
-  write_file_atomic(out + "/report.md", report_markdown(manifest, sweep_dir, rows, variants, plots, note, notes));
+  std::string warning_csv;
+  const std::string warnings = warning_markdown(sweep_dir, rows, &warning_csv);
+  if (!warnings.empty()) write_file_atomic(out + "/early_warning.csv", warning_csv);
+  write_file_atomic(out + "/report.md",
+                    report_markdown(manifest, sweep_dir, rows, variants, plots, note, notes, warnings));
   std::printf("report: %s/report.md, %s/summary.csv, %s/lr_sensitivity.csv%s\n", out.c_str(), out.c_str(), out.c_str(),
               plots.empty() ? "" : (", " + std::to_string(plots.size()) + " plots in " + out + "/plots").c_str());
   for (const auto& v : variants)

@@ -129,8 +129,9 @@ TEST_F(SweepCli, TinyGridRunsAndTheReportBuilds) {
       EXPECT_TRUE(keel::path_exists(f) && keel::file_size(f) > 1000) << f;
     }
   EXPECT_EQ(read_file(out("e2e") + "/plots/loss_vs_lr.png").substr(1, 3), "PNG");
-  // No size axis: no size section or scaling plots.
+  // No size axis: no size section or scaling plots; nothing diverged: no early-warning section.
   EXPECT_EQ(md.find("## Model size"), std::string::npos);
+  EXPECT_EQ(md.find("## What warned first"), std::string::npos);
   EXPECT_FALSE(keel::path_exists(out("e2e") + "/plots/lr_sensitivity_vs_params.png"));
 
   // --out puts the report elsewhere; --no-plots skips matplotlib.
@@ -327,6 +328,13 @@ TEST_F(SweepCli, DivergedPointsStopAndCountAsInitialLoss) {
   EXPECT_NE(csv.find(",true,3,non-finite loss or gradient"), std::string::npos) << csv;
   EXPECT_NE(read_file(out("nan") + "/report.md").find("| all | 2/2 | 1 | 2 |"), std::string::npos);
   EXPECT_NE(read_file(out("nan") + "/report.md").find("all diverged"), std::string::npos);
+  // What warned first (sweep/early_warning.h): the section and every row in early_warning.csv.
+  const std::string md = read_file(out("nan") + "/report.md");
+  EXPECT_NE(md.find("## What warned first"), std::string::npos) << md;
+  EXPECT_NE(md.find("### Before loss divergence (2 of 2 runs)"), std::string::npos) << md;
+  const std::string warn = read_file(out("nan") + "/early_warning.csv");
+  EXPECT_NE(warn.find("\nloss_divergence,grad_norm,1.5,2,2,"), std::string::npos) << warn;
+  EXPECT_NE(warn.find("\nloss_divergence,attn_l0_max_logit,"), std::string::npos) << warn;
 }
 
 TEST_F(SweepCli, SignalStopsTheSweepResumably) {
