@@ -12,6 +12,10 @@ metrics.jsonl and spikes.jsonl; writes OUT_DIR/plots/:
   attn_logit     layer-0 maximum attention logit (log y)
   grad_norm      gradient norm (log y), detected spikes marked
   output_logits  maximum output logit and mean log Z of the output softmax
+  update_ratio   (monitor.param_stats) the largest per-matrix update/weight
+                 ratio, over the model (solid) and over block 0 (dashed)
+  adam_eps_share (monitor.param_stats) the mean share of Adam's second-moment
+                 entries with sqrt(v_hat) under eps
 """
 import json
 import math
@@ -96,6 +100,28 @@ def main():
     figure("attn_logit", "layer-0 max attention logit", "max |logit|", draw_attn, logy=True)
     figure("grad_norm", "gradient norm (red edge: detected spikes)", "grad norm", draw_grad, logy=True)
     figure("output_logits", "output logits: max (solid) and mean log Z (dashed)", "logit", draw_output)
+
+    def params_max(r, key, prefix=""):
+        vals = [st[key] for name, st in r["params"].items()
+                if name.startswith(prefix) and isinstance(st.get(key), (int, float))]
+        return max(vals) if vals else None
+
+    def draw_update(ax, label, recs, spikes, c):
+        xs, ys = series(recs, lambda r: params_max(r, "update_ratio"))
+        ax.plot(xs, ys, ".-", color=c, markersize=3, linewidth=1, label=f"{label}: all matrices")
+        xs, ys = series(recs, lambda r: params_max(r, "update_ratio", "blocks.0."))
+        ax.plot(xs, ys, ".--", color=c, markersize=3, linewidth=1, label=f"{label}: block 0")
+
+    def draw_eps(ax, label, recs, spikes, c):
+        def share(r):
+            vals = [st["v_below_eps"] for st in r["params"].values() if isinstance(st.get("v_below_eps"), (int, float))]
+            return sum(vals) / len(vals) if vals else None
+        xs, ys = series(recs, share)
+        ax.plot(xs, ys, ".-", color=c, markersize=3, linewidth=1, label=label)
+
+    if any(r.get("params") for _, recs, _ in data for r in recs):
+        figure("update_ratio", "largest per-matrix update/weight ratio", "update / weight RMS", draw_update, logy=True)
+        figure("adam_eps_share", "share of Adam's sqrt(v_hat) under eps (mean over tensors)", "share", draw_eps)
 
 
 if __name__ == "__main__":

@@ -142,7 +142,9 @@ int compare_runs(const std::vector<std::string>& run_dirs, const CompareOptions&
   std::vector<std::string> plots;
   std::string note;
   const int code = options.plots ? draw_plots("scripts/plot_runs.py", {out}, out, options.python,
-                                              {"loss", "val_loss", "attn_logit", "grad_norm", "output_logits"}, &plots,
+                                              {"loss", "val_loss", "attn_logit", "grad_norm", "output_logits",
+                                               "update_ratio", "adam_eps_share"},
+                                              &plots,
                                               &note)
                                  : 0;
   std::string md = "# Runs compared\n\n" + table + "\nPerplexity is exp(loss). A run without summary.json is read from "

@@ -483,7 +483,7 @@ TEST_F(SweepCli, CompareRunsSideBySide) {
   std::snprintf(val, sizeof val, "%.6g", plain["final_val_loss"].get<double>());
   EXPECT_NE(csv.find(val), std::string::npos) << val << "\n" << csv;
   const std::string md = read_file(g_dir + "/cmp/compare.md");
-  for (const char* p : {"loss", "val_loss", "attn_logit", "grad_norm", "output_logits"}) {
+  for (const char* p : {"loss", "val_loss", "attn_logit", "grad_norm", "output_logits", "update_ratio", "adam_eps_share"}) {
     EXPECT_NE(md.find(std::string("![") + p + "](plots/" + p + ".png)"), std::string::npos) << p << "\n" << md;
     EXPECT_TRUE(keel::path_exists(g_dir + "/cmp/plots/" + p + ".png")) << p;
   }
