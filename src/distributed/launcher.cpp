@@ -16,6 +16,8 @@
 #include <thread>
 
 #include "distributed/dist_env.h"
+#include "util/error.h"
+#include "util/log.h"
 
 namespace keel {
 
@@ -68,7 +70,8 @@ int launch_workers(const LaunchOptions& o) {
   if (o.worker_args.empty()) throw DistError("keel launch: nothing to run (usage: keel launch --nproc N -- train CONFIG)");
   const std::string exe = self_exe();
   const int port = o.master_port > 0 ? o.master_port : find_free_port();
-  std::cerr << "keel launch: " << o.nproc << " worker(s), rendezvous at " << o.master_addr << ":" << port << "\n";
+  write_stderr("keel launch: " + std::to_string(o.nproc) + " worker(s), rendezvous at " + o.master_addr + ":" +
+               std::to_string(port) + "\n");
 
   g_forward_signal.store(0);
   struct sigaction sa {};
@@ -96,7 +99,7 @@ int launch_workers(const LaunchOptions& o) {
       for (const auto& a : o.worker_args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
       execv(exe.c_str(), argv.data());
-      std::cerr << "keel launch: exec " << exe << " failed: " << std::strerror(errno) << "\n";
+      write_stderr("keel launch: exec " + exe + " failed: " + std::strerror(errno) + "\n");
       _exit(127);
     }
     pids.push_back(pid);
@@ -112,7 +115,7 @@ int launch_workers(const LaunchOptions& o) {
     const int sig = g_forward_signal.exchange(0);
     if (sig != 0) {  // forward Ctrl-C / SIGTERM: the workers save and stop together
       forwarded = sig;
-      std::cerr << "keel launch: forwarding signal " << sig << " to the workers\n";
+      write_stderr("keel launch: forwarding signal " + std::to_string(sig) + " to the workers\n");
       for (size_t i = 0; i < pids.size(); ++i)
         if (!done[i]) kill(pids[i], sig);
     }
@@ -126,8 +129,8 @@ int launch_workers(const LaunchOptions& o) {
         const int code = exit_code_of(status);
         if (code != 0 && first_failure == 0) {
           first_failure = code;
-          std::cerr << "keel launch: rank " << i << " (pid " << pid << ") " << describe(status)
-                    << (alive > 0 ? "; stopping the other workers" : "") << "\n";
+          write_stderr("keel launch: rank " + std::to_string(i) + " (pid " + std::to_string(pid) + ") " +
+                       describe(status) + (alive > 0 ? "; stopping the other workers" : "") + "\n");
           for (size_t j = 0; j < pids.size(); ++j)
             if (!done[j]) kill(pids[j], SIGTERM);
           kill_deadline = std::chrono::steady_clock::now() +
@@ -139,13 +142,14 @@ int launch_workers(const LaunchOptions& o) {
     if (pid < 0 && errno != EINTR && errno != ECHILD) break;
     if (!killed && std::chrono::steady_clock::now() > kill_deadline) {
       killed = true;
-      std::cerr << "keel launch: workers still running " << o.grace_s << " s after SIGTERM; killing them\n";
+      write_stderr("keel launch: workers still running " + strf("%g", o.grace_s) + " s after SIGTERM; killing them\n");
       for (size_t j = 0; j < pids.size(); ++j)
         if (!done[j]) kill(pids[j], SIGKILL);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (first_failure == 0 && forwarded != 0) std::cerr << "keel launch: workers stopped on signal " << forwarded << "\n";
+  if (first_failure == 0 && forwarded != 0)
+    write_stderr("keel launch: workers stopped on signal " + std::to_string(forwarded) + "\n");
   return first_failure;
 }
 

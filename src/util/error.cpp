@@ -1,5 +1,9 @@
 #include "util/error.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <iostream>
 
 namespace keel {
@@ -25,10 +29,21 @@ int report_error(const std::exception& e) {
   const std::string what = e.what();
   // A multi-line message (every config problem) starts on its own line.
   if (what.find('\n') != std::string::npos && what.back() == '\n')
-    std::cerr << "keel: " << kind << ":\n" << what;
+    write_stderr("keel: " + kind + ":\n" + what);
   else
-    std::cerr << "keel: " << kind << ": " << what << "\n";
+    write_stderr("keel: " + kind + ": " + what + "\n");
   return exit_code_of(e);
+}
+
+void write_stderr(const std::string& text) {
+  std::cerr.flush();  // what was written through the stream first stays first
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // stderr is gone: nothing more to do
+    done += static_cast<size_t>(n);
+  }
 }
 
 }  // namespace keel

@@ -125,4 +125,10 @@ int exit_code_of(const std::exception& e);
 // Prints "keel: <kind>: <message>" to stderr and returns exit_code_of(e).
 int report_error(const std::exception& e);
 
+// Writes `text` to standard error in one write(2) (retrying the rest of a
+// partial write): processes sharing a pipe (keel launch and its workers)
+// then never interleave inside each other's lines, as chained `std::cerr <<`
+// did, cutting "rank 1" in two.
+void write_stderr(const std::string& text);
+
 }  // namespace keel

@@ -2,9 +2,14 @@
 // one place that decides, so a regression here changes every command.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <csignal>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "util/error.h"
 #include "util/fs.h"
@@ -57,6 +62,55 @@ TEST(StopSignal, ThrowsInterruptedOnlyAfterASignal) {
   }
   keel::install_stop_handlers();  // clears the request
   EXPECT_FALSE(keel::stop_requested());
+}
+
+}  // namespace
+
+namespace {
+
+// Two processes writing whole lines through write_stderr into one pipe (as
+// keel launch and its workers share the terminal or a test's capture): every
+// line arrives whole. DataParallel.LauncherExitCodes once failed because the
+// launcher's chained `std::cerr <<` let a worker's error land inside
+// "keel launch: rank 1".
+TEST(WriteStderr, LinesFromTwoProcessesDoNotInterleave) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const int lines = 300;
+  std::vector<pid_t> kids;
+  for (char c : {'a', 'b'}) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      close(fds[0]);
+      dup2(fds[1], STDERR_FILENO);
+      const std::string line = std::string("keel launch: ") + std::string(500, c) + "\n";
+      for (int i = 0; i < lines; ++i) keel::write_stderr(line);
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  close(fds[1]);
+  std::string all;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    ASSERT_GT(n, 0);
+    all.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  for (pid_t pid : kids) waitpid(pid, nullptr, 0);
+  int whole = 0;
+  for (size_t start = 0; start < all.size();) {
+    const size_t nl = all.find('\n', start);
+    ASSERT_NE(nl, std::string::npos);
+    const std::string line = all.substr(start, nl - start);
+    const bool a = line == "keel launch: " + std::string(500, 'a'), b = line == "keel launch: " + std::string(500, 'b');
+    EXPECT_TRUE(a || b) << "a torn line: " << line.substr(0, 80);
+    whole += a || b;
+    start = nl + 1;
+  }
+  EXPECT_EQ(whole, 2 * lines);
 }
 
 }  // namespace
