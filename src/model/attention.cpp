@@ -199,12 +199,15 @@ std::string sdpa_backend_name(int64_t backend) {
   return "unknown (" + std::to_string(backend) + ")";
 }
 
+bool AttentionImpl::varlen_eligible(torch::Device device, torch::ScalarType dtype) const {
+  return device.is_cuda() && document_varlen_requested() && (dtype == torch::kBFloat16 || dtype == torch::kHalf) &&
+         head_dim_ % 8 == 0 && head_dim_ <= 256;  // flash's dtypes and head sizes
+}
+
 std::string AttentionImpl::kernel_name(int64_t batch, int64_t seq_len, torch::Device device,
                                        torch::ScalarType dtype, bool documents) const {
   if (softcap_ || clamp_ || track_head_max) return "blockwise";
-  if (documents && device.is_cuda() && document_varlen_requested() &&
-      (dtype == torch::kBFloat16 || dtype == torch::kHalf) && head_dim_ % 8 == 0 && head_dim_ <= 256)
-    return "flash_attention_varlen";
+  if (documents && varlen_eligible(device, dtype)) return "flash_attention_varlen";
   // SDPA's own selection, asked with tensors of the training shapes (values unused).
   auto opts = torch::TensorOptions().dtype(dtype).device(device).requires_grad(true);
   auto q = torch::empty({batch, n_heads_, seq_len, head_dim_}, opts);
@@ -261,10 +264,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
 
   torch::Tensor y;
   const bool track = track_head_max && torch::GradMode::is_enabled();  // training forwards only
-  if (sdpa_path(stats != nullptr) && docs && q.is_cuda() && document_varlen_requested() &&
-      (q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf) &&
-      k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() && head_dim_ % 8 == 0 &&
-      head_dim_ <= 256) {
+  if (sdpa_path(stats != nullptr) && docs && varlen_eligible(q.device(), q.scalar_type()) &&
+      k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type()) {
     y = varlen_document_attention(q, k, v, docs->segments_host, scale_);
   } else if (sdpa_path(stats != nullptr) && docs) {
     // The block-diagonal causal mask, [B, 1, T, T] bools.

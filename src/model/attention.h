@@ -75,6 +75,8 @@ class AttentionImpl : public torch::nn::Module {
 
  private:
   torch::Tensor normalize_qk(const torch::Tensor& t, Norm& norm);
+  // Masked attention takes varlen_document_attention: asked for, on CUDA, in flash's dtypes and head sizes.
+  bool varlen_eligible(torch::Device device, torch::ScalarType dtype) const;
   int64_t n_heads_, n_kv_heads_, head_dim_;
   bool rope_;
   QKNormPosition qk_position_;
