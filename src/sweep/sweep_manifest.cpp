@@ -150,8 +150,13 @@ nlohmann::json make_manifest(const SweepSpec& spec, const std::vector<SweepPoint
       kept["differs"] = differs(known.config(name));
       list.push_back(kept);
     }
+  nlohmann::json search = nullptr;
+  if (spec.has_search)
+    search = {{"key", spec.search.key},   {"short", spec.search.short_name}, {"low", spec.search.low},
+              {"high", spec.search.high}, {"factor", spec.search.factor},    {"criterion", spec.search.criterion}};
   return {{"format", "keel-sweep"},
           {"version", 1},
+          {"search", search},
           {"name", spec.name},
           {"sweep_file", spec.file},
           {"base_config", spec.base_config},

@@ -10,6 +10,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "sweep/edge_report.h"
 #include "sweep/lr_transfer.h"
 #include "sweep/sweep_manifest.h"
 #include "sweep/warning_report.h"
@@ -514,7 +515,7 @@ std::string transfer_markdown(const std::vector<VariantRow>& variants) {
 std::string report_markdown(const nlohmann::json& manifest, const std::string& sweep_dir,
                             const std::vector<PointRow>& rows, const std::vector<VariantRow>& variants,
                             const std::vector<std::string>& plots, const std::string& plot_note,
-                            const std::string& notes, const std::string& warnings) {
+                            const std::string& notes, const std::string& warnings, const std::string& edge) {
   std::string m = "# Sweep `" + manifest.value("name", std::string("?")) + "`\n\n";
   if (!notes.empty()) m += notes + (notes.back() == '\n' ? "\n" : "\n\n");
   std::string axes;
@@ -528,6 +529,10 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
   m += "Sweep file `" + manifest.value("sweep_file", std::string("?")) + "`, base config `" +
        manifest.value("base_config", std::string("?")) + "`, directory `" + sweep_dir + "`.\n\n";
   m += "Grid: " + axes + ": " + std::to_string(rows.size()) + " points, " + std::to_string(finished) + " finished.";
+  if (EdgeSearchSpec search; manifest_search(manifest, &search))
+    m += " Search: `" + search.key + "` bisected in [" + edge_value_label(search.low) + ", " +
+         edge_value_label(search.high) + "] to a factor " + edge_value_label(search.factor) + " for " + search.criterion +
+         " in every group (the section Stability edge).";
   if (manifest.value("early_stop", false)) m += " Diverged points stop early (`monitor.stop_on_divergence`).";
   m += "\n\nSettings added to the base config for every point: ";
   std::vector<std::string> common;
@@ -545,6 +550,7 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
     m += "\n";
   }
 
+  m += edge;
   m += "## Learning-rate sensitivity per variant\n\n";
   m += "LR sensitivity (Wortsman et al. 2023): the mean over the LR grid of min(ℓ(η), ℓ₀) − ℓ*, where ℓ(η) is the "
        "final loss at peak LR η (validation loss), ℓ₀ the loss at initialization (here ln(vocab size), the loss of the "
@@ -678,8 +684,13 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
   std::string warning_csv;
   const std::string warnings = warning_markdown(sweep_dir, rows, &warning_csv);
   if (!warnings.empty()) write_file_atomic(out + "/early_warning.csv", warning_csv);
+  std::string edge, edge_csv;
+  if (EdgeSearchSpec search; manifest_search(manifest, &search)) {
+    edge = edge_markdown(search, edge_groups(manifest, search, rows), &edge_csv);
+    write_file_atomic(out + "/edge.csv", edge_csv);
+  }
   write_file_atomic(out + "/report.md",
-                    report_markdown(manifest, sweep_dir, rows, variants, plots, note, notes, warnings));
+                    report_markdown(manifest, sweep_dir, rows, variants, plots, note, notes, warnings, edge));
   std::printf("report: %s/report.md, %s/summary.csv, %s/lr_sensitivity.csv%s\n", out.c_str(), out.c_str(), out.c_str(),
               plots.empty() ? "" : (", " + std::to_string(plots.size()) + " plots in " + out + "/plots").c_str());
   for (const auto& v : variants)

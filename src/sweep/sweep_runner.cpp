@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "data/prepare.h"
+#include "sweep/point_source.h"
 #include "sweep/sweep_manifest.h"
 #include "train/run_dir.h"
 #include "util/dir_lock.h"
@@ -94,16 +95,14 @@ struct Running {
 
 class Runner {
  public:
-  Runner(const SweepSpec& spec, std::vector<SweepPoint> points, const SweepOptions& options, int threads,
-         Logger& log)
-      : spec_(spec), points_(std::move(points)), opts_(options), threads_(threads), log_(log), exe_(self_exe()) {}
+  Runner(const SweepSpec& spec, std::vector<SweepPoint>& points, const SweepOptions& options, int threads, Logger& log)
+      : spec_(spec), points_(points), opts_(options), threads_(threads), log_(log), exe_(self_exe()) {}
 
-  // Runs the queued points; returns the exit code.
-  int run(const std::vector<size_t>& queue, const std::map<size_t, int64_t>& resume_steps, size_t already_done) {
-    queue_ = &queue;
-    resume_steps_ = &resume_steps;
+  // Runs what `source` hands out until it has nothing left; returns the exit code.
+  int run(PointSource& source, size_t already_done) {
+    source_ = &source;
     done_ = already_done;
-    total_ = already_done + queue.size();
+    already_done_ = already_done;
     struct sigaction sa {};
     sa.sa_handler = on_sweep_signal;
     sigemptyset(&sa.sa_mask);
@@ -111,10 +110,9 @@ class Runner {
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     start_ = Clock::now();
-    size_t& next = next_;  // a member: print_progress() counts the steps still queued
     bool forwarded = false;
     auto last_progress = Clock::now();
-    while (next < queue.size() || !running_.empty()) {
+    while (true) {
       if (g_sweep_signal && !forwarded) {
         forwarded = true;
         log_.warn(strf("signal %d: asking %zu running point(s) to checkpoint and stop; re-run the same command to "
@@ -122,12 +120,16 @@ class Runner {
         for (const auto& r : running_) kill(r.pid, SIGTERM);
       }
       bool launched = false;
-      while (!g_sweep_signal && next < queue.size() && running_.size() < static_cast<size_t>(opts_.parallel)) {
-        const size_t i = queue[next++];
-        auto it = resume_steps.find(i);
-        launch(i, it == resume_steps.end() ? 0 : it->second);
+      while (!g_sweep_signal && running_.size() < static_cast<size_t>(opts_.parallel)) {
+        const std::optional<size_t> i = source.next();
+        if (!i) break;
+        launch(*i, source.resume_step(*i));
+        ++started_;
         launched = true;
       }
+      // Nothing running and nothing to start: a grid's queue is empty, or
+      // every search has ended (or waits for a point that failed).
+      if (running_.empty()) break;
       if (reap() || launched) {
         print_progress();
         last_progress = Clock::now();
@@ -135,19 +137,16 @@ class Runner {
         print_progress();
         last_progress = Clock::now();
       }
-      if (g_sweep_signal && next < queue.size()) {
-        not_started_ += queue.size() - next;
-        next = queue.size();
-      }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
+    if (g_sweep_signal) not_started_ = source.waiting();
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
     const int sig = g_sweep_signal;
     g_sweep_signal = 0;
     log_.info(strf("sweep %s: %zu/%zu points finished (%zu diverged), %zu failed, %zu interrupted or not started; "
                    "%s this session",
-                   spec_.name.c_str(), done_, total_, diverged_, failed_.size(), interrupted_ + not_started_,
+                   spec_.name.c_str(), done_, total(), diverged_, failed_.size(), interrupted_ + not_started_,
                    hms(std::chrono::duration<double>(Clock::now() - start_).count()).c_str()));
     for (const auto& f : failed_) log_.error("failed: " + f);
     if (sig) return exit_code::signal_base + sig;
@@ -229,7 +228,9 @@ class Runner {
     const double secs = std::chrono::duration<double>(Clock::now() - r.started).count();
     const PointStatus st = point_status(dir);
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (st.state == PointState::finished && (code == exit_code::ok || code == exit_code::stopped)) {
+    const bool result = st.state == PointState::finished && (code == exit_code::ok || code == exit_code::stopped);
+    source_->ended(r.point, result);
+    if (result) {
       ++done_;
       if (st.stopped_by == "diverged" || st.stopped_by == "nonfinite") ++diverged_;  // the loss diverged
       child_seconds_ += secs;
@@ -252,8 +253,12 @@ class Runner {
     }
   }
 
+  // Points of this sweep as far as known: finished before, started in this
+  // session, and still to start (a search adds to them as results come in).
+  size_t total() const { return already_done_ + started_ + source_->waiting(); }
+
   void print_progress() {
-    double remaining_steps = 0;
+    double remaining_steps = source_->remaining_steps();
     std::string running_text;
     for (auto& r : running_) {
       const SweepPoint& p = points_[r.point];
@@ -261,12 +266,6 @@ class Runner {
       remaining_steps += static_cast<double>(p.config.train.max_steps - r.step);
       running_text += strf("%s%s %lld/%lld", running_text.empty() ? "" : ", ", p.name.c_str(),
                            static_cast<long long>(r.step), static_cast<long long>(p.config.train.max_steps));
-    }
-    for (size_t k = next_; k < queue_->size(); ++k) {
-      const size_t i = (*queue_)[k];
-      auto it = resume_steps_->find(i);
-      remaining_steps += static_cast<double>(points_[i].config.train.max_steps -
-                                             (it == resume_steps_->end() ? 0 : it->second));
     }
     // Seconds per step of one point, from what ran in this session
     // (finished points and the progress of running ones).
@@ -276,30 +275,150 @@ class Runner {
       secs += std::chrono::duration<double>(Clock::now() - r.started).count();
       steps += static_cast<double>(r.step - r.start_step);
     }
-    const double slots = static_cast<double>(std::max<size_t>(1, std::min<size_t>(opts_.parallel, total_ - done_)));
+    const size_t left = total() - done_;
+    const double slots = static_cast<double>(std::max<size_t>(1, std::min<size_t>(opts_.parallel, left)));
     const double eta = steps > 0 ? remaining_steps * secs / steps / slots : NAN;
-    const size_t waiting = total_ - done_ - failed_.size() - interrupted_ - not_started_ - running_.size();
-    log_.info(strf("[%s] %zu/%zu done (%zu diverged, %zu failed) | running: %s | %zu waiting | ETA %s",
-                   hms(std::chrono::duration<double>(Clock::now() - start_).count()).c_str(), done_, total_, diverged_,
-                   failed_.size(), running_text.empty() ? "-" : running_text.c_str(), waiting, hms(eta).c_str()));
+    const std::string extra = source_->progress();
+    log_.info(strf("[%s] %zu/%zu done (%zu diverged, %zu failed) | running: %s | %zu waiting | %sETA %s",
+                   hms(std::chrono::duration<double>(Clock::now() - start_).count()).c_str(), done_, total(), diverged_,
+                   failed_.size(), running_text.empty() ? "-" : running_text.c_str(), source_->waiting(),
+                   extra.empty() ? "" : (extra + " | ").c_str(), hms(eta).c_str()));
   }
 
   const SweepSpec& spec_;
-  std::vector<SweepPoint> points_;
+  std::vector<SweepPoint>& points_;  // the source may add to them
   const SweepOptions& opts_;
   int threads_;
   Logger& log_;
   std::string exe_;
   std::vector<Running> running_;
-  const std::vector<size_t>* queue_ = nullptr;            // indices into points_, in launch order
-  const std::map<size_t, int64_t>* resume_steps_ = nullptr;  // point -> checkpoint step
-  size_t next_ = 0;                                         // next queue entry to launch
+  PointSource* source_ = nullptr;
   Clock::time_point start_;
-  size_t done_ = 0, total_ = 0, diverged_ = 0, interrupted_ = 0, not_started_ = 0;
+  size_t done_ = 0, already_done_ = 0, started_ = 0, diverged_ = 0, interrupted_ = 0, not_started_ = 0;
   double child_seconds_ = 0, child_steps_ = 0;
   std::vector<std::string> failed_;
 };
 
+
+nlohmann::json read_old_manifest(const std::string& manifest_path) {
+  nlohmann::json old_manifest = nlohmann::json::object();
+  if (path_exists(manifest_path)) {
+    old_manifest = nlohmann::json::parse(read_small_file(manifest_path), nullptr, false);
+    if (old_manifest.is_discarded() || old_manifest.value("format", "") != "keel-sweep")
+      throw RunDirError(manifest_path + " is not a keel sweep manifest; choose another directory (--out DIR)");
+  }
+  return old_manifest;
+}
+
+// One `keel sweep` invocation, as sweep.json's "sessions" lists it.
+nlohmann::json session_record(const SweepOptions& options, int cores, int threads, size_t points_to_run) {
+  return {{"started", utc_now()},      {"command", options.command_line}, {"host", host_name()},
+          {"cpu", cpu_model()},        {"cpu_isa", cpu_isa()},            {"cores", cores},
+          {"parallel", options.parallel}, {"threads_per_point", threads},  {"points_to_run", points_to_run}};
+}
+
+[[noreturn]] void usage_error(const std::string& option, const std::string& what) {
+  ConfigErrors e;
+  e.add(option, what);
+  throw ConfigError(e);
+}
+
+// `search:` in the sweep file (edge_search.h): the grid's points are groups,
+// and each group's points are made as its bisection asks for them.
+int run_edge_search(const SweepSpec& spec, const SweepOptions& options) {
+  if (!options.only.empty()) usage_error("--only", "does not apply to a sweep with `search:` (its points are not "
+                                                   "known in advance); use --set or the sweep file to narrow it");
+  const std::vector<SweepPoint> groups = expand_grid(spec);
+  const std::string manifest_path = spec.out_dir + "/sweep.json";
+  const nlohmann::json old_manifest = read_old_manifest(manifest_path);
+  // The points run before (by an earlier search or a grid in this
+  // directory), rebuilt with today's settings: any that changed is refused.
+  std::vector<SweepPoint> points = reusable_points(spec, groups, old_manifest);
+  const Reconciliation rec = reconcile(old_manifest, points);
+  if (!rec.conflicts.empty()) {
+    std::string list;
+    for (const auto& c : rec.conflicts) list += "\n  " + c;
+    throw RunDirError("refusing to run: " + spec.out_dir + " holds results of this sweep computed with other settings, "
+                      "and mixing them would compare incompatible runs. Changed (recorded -> now):" + list +
+                      "\nUse another directory (--out DIR), or remove " + spec.out_dir + " to start over.");
+  }
+  for (const auto& p : points)
+    if (dir_is_locked(spec.out_dir + "/" + p.name))
+      throw RunDirError("point " + spec.out_dir + "/" + p.name + " is still being trained by another process (a "
+                        "child of an earlier keel sweep?); wait for it to stop, then run the sweep again");
+  std::vector<EdgeSearchSource::Group> state = search_groups(spec, groups, points, spec.out_dir);
+
+  const EdgeSearchSpec& s = spec.search;
+  const std::string plan = strf("%zu group(s), %s searched in [%s, %s] to a factor %s for %s: at most %zu runs per "
+                                "group (a log grid at that resolution: %zu)", groups.size(), s.key.c_str(),
+                                edge_value_label(s.low).c_str(), edge_value_label(s.high).c_str(),
+                                edge_value_label(s.factor).c_str(), s.criterion.c_str(), edge_max_runs(s),
+                                edge_grid_runs(s));
+  const int cores = available_cores();
+  const int threads = options.threads > 0 ? options.threads : std::max(1, cores / options.parallel);
+  if (options.dry_run) {
+    std::printf("sweep %s: %s; base %s, directory %s\n", spec.name.c_str(), plan.c_str(), spec.base_config.c_str(),
+                spec.out_dir.c_str());
+    for (const auto& g : state) {
+      const EdgeBracket b = edge_bracket(s, g.known);
+      std::string next;
+      for (double v : next_edge_values(s, g.known)) next += (next.empty() ? "" : ", ") + edge_value_label(v);
+      std::printf("  %-32s %zu result(s); %s%s%s\n", spec.axes.empty() ? "all" : g.base.name.c_str(), g.known.size(), edge_state_name(b.state),
+                  std::isfinite(b.stable) ? (", trains at " + edge_value_label(b.stable)).c_str() : "",
+                  next.empty() ? "" : ("; next: " + next).c_str());
+    }
+    std::printf("%d thread(s) per point, %d at once\n", threads, options.parallel);
+    return 0;
+  }
+  try {
+    (void)make_manifest(spec, points, old_manifest).dump();
+  } catch (const nlohmann::json::type_error& e) {
+    usage_error(spec.file, std::string("holds a value sweep.json cannot record (JSON is UTF-8 only): ") + e.what());
+  }
+
+  DirLock sweep_lock(spec.out_dir, "sweep directory");
+  Logger log(spec.out_dir + "/sweep.log");
+  log.info(strf("sweep %s: %s; base %s, directory %s", spec.name.c_str(), plan.c_str(), spec.base_config.c_str(),
+                spec.out_dir.c_str()));
+  size_t results = 0;
+  for (const auto& g : state) results += g.known.size();
+  log.info(strf("%zu result(s) already in the directory are reused; %d at once, %d thread(s) each (%d cores)", results,
+                options.parallel, threads, cores));
+  nlohmann::json sessions = old_manifest.value("sessions", nlohmann::json::array());
+  sessions.push_back(session_record(options, cores, threads, 0));
+  auto write_manifest = [&] {
+    nlohmann::json m = make_manifest(spec, points, old_manifest);
+    m["sessions"] = sessions;
+    write_file_atomic(manifest_path, m.dump(2) + "\n");
+  };
+  write_manifest();
+  std::set<std::string> prepared;
+  for (const auto& g : groups)
+    if (prepared.insert(g.config.data.dir).second) ensure_prepared(g.config);
+
+  const auto t0 = Clock::now();
+  const size_t points_before = points.size();
+  EdgeSearchSource source(spec, spec.out_dir, points, std::move(state), write_manifest);
+  Runner runner(spec, points, options, threads, log);
+  int code = runner.run(source, 0);
+  for (const auto& g : source.groups()) {
+    const EdgeBracket b = edge_bracket(s, g.known);
+    log.info(strf("edge %s: %s%s (%zu run(s))%s", spec.axes.empty() ? "all" : g.base.name.c_str(), edge_state_name(b.state),
+                  b.state == EdgeState::found ? strf(", trains at %s, not at %s", edge_value_label(b.stable).c_str(),
+                                                     edge_value_label(b.unstable).c_str()).c_str() : "",
+                  g.known.size(), g.stuck.empty() ? "" : ("; stopped short: " + g.stuck).c_str()));
+    // A group left short by something other than a failed run (a refused
+    // directory, an invalid value) is a failure of the sweep too.
+    if (!g.stuck.empty() && code == exit_code::ok) code = exit_code::sweep_failed;
+  }
+  if (code == 0) log.info("report: keel report " + spec.out_dir);
+  sessions.back()["points_to_run"] = points.size() - points_before;  // made by this session's search
+  sessions.back()["finished"] = utc_now();
+  sessions.back()["wall_s"] = std::chrono::duration<double>(Clock::now() - t0).count();
+  sessions.back()["exit_code"] = code;
+  write_manifest();
+  return code;
+}
 }  // namespace
 
 int available_cores() {
@@ -312,11 +431,6 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
   SweepSpec spec = load_sweep_spec(sweep_file, options.overrides);
   if (!options.out_dir.empty()) spec.out_dir = options.out_dir;
   while (spec.out_dir.size() > 1 && spec.out_dir.back() == '/') spec.out_dir.pop_back();
-  auto usage_error = [](const std::string& option, const std::string& what) {
-    ConfigErrors e;
-    e.add(option, what);
-    throw ConfigError(e);
-  };
   if (options.parallel < 1) usage_error("--parallel", "must be at least 1");
   if (options.threads < 0) usage_error("--threads", "must be 0 (cores / --parallel) or more");
   // Every point's run.out_dir, which keel train refuses unless it is UTF-8:
@@ -324,16 +438,12 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
   if (const size_t bad = first_invalid_utf8(spec.out_dir); bad != std::string::npos)
     usage_error(options.out_dir.empty() ? "out_dir (" + spec.file + ")" : "--out",
                 "is not valid UTF-8 (byte " + std::to_string(bad) + "); use a UTF-8 directory name");
+  if (spec.has_search) return run_edge_search(spec, options);
   std::vector<SweepPoint> points = expand_grid(spec);
 
   // What the directory already holds.
   const std::string manifest_path = spec.out_dir + "/sweep.json";
-  nlohmann::json old_manifest = nlohmann::json::object();
-  if (path_exists(manifest_path)) {
-    old_manifest = nlohmann::json::parse(read_small_file(manifest_path), nullptr, false);
-    if (old_manifest.is_discarded() || old_manifest.value("format", "") != "keel-sweep")
-      throw RunDirError(manifest_path + " is not a keel sweep manifest; choose another directory (--out DIR)");
-  }
+  const nlohmann::json old_manifest = read_old_manifest(manifest_path);
   Reconciliation rec = reconcile(old_manifest, points);
   // A point directory the manifest does not know (sweep.json deleted, or
   // the directory made by hand) is compared through its own config.yaml.
@@ -450,16 +560,7 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
                 threads, cores));
 
   nlohmann::json manifest = make_manifest(spec, points, old_manifest);
-  nlohmann::json session = {{"started", utc_now()},
-                            {"command", options.command_line},
-                            {"host", host_name()},
-                            {"cpu", cpu_model()},
-                            {"cpu_isa", cpu_isa()},
-                            {"cores", cores},
-                            {"parallel", options.parallel},
-                            {"threads_per_point", threads},
-                            {"points_to_run", queue.size()}};
-  manifest["sessions"].push_back(session);
+  manifest["sessions"].push_back(session_record(options, cores, threads, queue.size()));
   write_file_atomic(manifest_path, manifest.dump(2) + "\n");
 
   // Prepare the data once here, not in several children at the same time.
@@ -484,7 +585,8 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
 
   const auto t0 = Clock::now();
   Runner runner(spec, points, options, threads, log);
-  const int code = queue.empty() ? 0 : runner.run(queue, resume_steps, finished);
+  GridSource source(points, queue, resume_steps);
+  const int code = queue.empty() ? 0 : runner.run(source, finished);
   if (queue.empty()) log.info("every selected point is finished; nothing to run. Report: keel report " + spec.out_dir);
   else if (code == 0) log.info("report: keel report " + spec.out_dir);
   auto& last = manifest["sessions"].back();

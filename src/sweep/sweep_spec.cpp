@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -14,8 +16,8 @@ namespace keel {
 
 namespace {
 
-const std::vector<std::string> kTopKeys = {"base",     "name",  "out_dir", "early_stop", "set",
-                                           "variants", "sizes", "grid",    "seeds",      "max_points"};
+const std::vector<std::string> kTopKeys = {"base",     "name",  "out_dir", "early_stop", "set",       "variants",
+                                           "sizes",    "grid",  "seeds",   "max_points", "search"};
 
 struct Parser {
   std::string file;
@@ -138,6 +140,76 @@ std::string normalize_path(const std::string& path) {
   return out.empty() ? "." : out;
 }
 
+
+// `search: {key, low, high, factor, criterion}` (edge_search.h). The key is
+// a config key taking a positive real number, owned by no axis and not set
+// by `set`; low and high are checked as that key's values.
+void parse_search(Parser& p, const YAML::Node& n, const std::set<std::string>& axis_keys,
+                  const std::vector<std::string>& set_keys, SweepSpec* spec) {
+  if (!n.IsMap()) {
+    p.errors.add("search", "expected a mapping {key: train.lr, low: ..., high: ..., factor: 1.25, criterion: "
+                           "loss_divergence}" + p.where(n));
+    return;
+  }
+  const size_t errors_before = p.errors.items.size();
+  static const std::vector<std::string> keys = {"key", "low", "high", "factor", "criterion"};
+  for (const auto& item : n) {
+    const std::string k = item.first.as<std::string>();
+    if (std::find(keys.begin(), keys.end(), k) == keys.end())
+      p.errors.add("search." + k, "unknown search key" + p.where(item.first) + " (search keys: key, low, high, factor, "
+                                  "criterion)");
+  }
+  EdgeSearchSpec s;
+  const YAML::Node key = n["key"];
+  if (!key || !key.IsScalar() || key.Scalar().empty()) {
+    p.errors.add("search.key", "required: the config key to search, e.g. train.lr" + p.where(key ? key : n));
+  } else {
+    s.key = key.Scalar();
+    if (axis_keys.count(s.key))
+      p.errors.add("search.key", s.key + " is also an axis of the grid; an axis owns its key" + p.where(key));
+    if (std::find(set_keys.begin(), set_keys.end(), s.key) != set_keys.end())
+      p.errors.add("search.key", s.key + " is also given by `set`" + p.where(key));
+  }
+  auto positive = [&](const char* name, double* out, bool required) {
+    const YAML::Node v = n[name];
+    if (!v) {
+      if (required) p.errors.add(std::string("search.") + name, "required: a positive number" + p.where(n));
+      return;
+    }
+    char* end = nullptr;
+    const std::string text = v.IsScalar() ? v.Scalar() : "";
+    const double x = text.empty() ? NAN : std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !std::isfinite(x) || x <= 0)
+      p.errors.add(std::string("search.") + name, "expected a positive number, got '" + scalar_label(v) + "'" + p.where(v));
+    else
+      *out = x;
+  };
+  positive("low", &s.low, true);
+  positive("high", &s.high, true);
+  positive("factor", &s.factor, false);
+  if (s.low > 0 && s.high > 0 && !(s.high > s.low))
+    p.errors.add("search.high", "must be above search.low" + p.where(n["high"]));
+  if (n["factor"] && !(s.factor > 1) && s.factor > 0)
+    p.errors.add("search.factor", "must be above 1 (the bracket's ratio at which the search stops)" + p.where(n["factor"]));
+  if (const YAML::Node c = n["criterion"]) {
+    if (!c.IsScalar() || (c.Scalar() != "loss_divergence" && c.Scalar() != "logit_instability"))
+      p.errors.add("search.criterion", "expected loss_divergence or logit_instability, got '" + scalar_label(c) + "'" +
+                                           p.where(c));
+    else
+      s.criterion = c.Scalar();
+  }
+  // Both ends must be values the key takes (a real number in its range).
+  if (p.errors.items.size() == errors_before) {
+    for (double v : {s.low, s.high}) {
+      std::string assignment;
+      p.check_entry("search", s.key, key, YAML::Node(edge_value_label(v)), &assignment);
+    }
+    if (sweep_owned_key(s.key) || s.key == "run.seed")
+      p.errors.add("search.key", s.key + " cannot be searched" + p.where(key));
+  }
+  spec->has_search = true;
+  spec->search = s;
+}
 }  // namespace
 
 bool sweep_owned_key(const std::string& key) {
@@ -186,7 +258,7 @@ static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::v
     for (const auto& k : kTopKeys)
       if (edit_distance(key, k) <= 2) best = k;
     p.errors.add(key, "unknown sweep key" + p.where(item.first) + (best.empty() ? "" : "; did you mean " + best + "?") +
-                          " (sweep keys: base, name, out_dir, early_stop, set, variants, sizes, grid, seeds, max_points)");
+                          " (sweep keys: base, name, out_dir, early_stop, set, variants, sizes, grid, seeds, max_points, search)");
   }
 
   const YAML::Node base = root["base"];
@@ -323,11 +395,12 @@ static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::v
   }
   for (const auto& key : set_keys)
     if (axis_keys.count(key)) p.errors.add("set." + key, "is also an axis of the grid (variants, sizes, grid or seeds)");
+  if (const YAML::Node n = root["search"]) parse_search(p, n, axis_keys, set_keys, &spec);
   // From the axis sizes alone: no point is made for a grid that is refused.
   if (grid_size(spec.axes) > static_cast<uint64_t>(spec.max_points))
     p.errors.add("max_points", too_many_points(spec) + " (" + path + ")");
-  if (spec.axes.empty() && p.errors.empty())
-    p.errors.add("grid", "the sweep has no axis: give `grid`, `variants`, `sizes` or `seeds`" + p.where(root));
+  if (spec.axes.empty() && !spec.has_search && p.errors.empty())
+    p.errors.add("grid", "the sweep has no axis: give `grid`, `variants`, `sizes`, `seeds` or `search`" + p.where(root));
 
   // Short names: the key's last component unless two axes share it.
   for (auto& axis : spec.axes) {
@@ -336,6 +409,12 @@ static SweepSpec load_sweep_spec_unchecked(const std::string& path, const std::v
     int same = 0;
     for (const auto& other : spec.axes) same += other.key != "variant" && other.key != "size" && last_component(other.key) == last;
     axis.short_name = same > 1 ? axis.key : last;
+  }
+  if (spec.has_search) {
+    const std::string last = last_component(spec.search.key);
+    bool clash = false;
+    for (const auto& axis : spec.axes) clash = clash || axis.short_name == last;
+    spec.search.short_name = clash ? spec.search.key : last;
   }
   if (!p.errors.empty()) throw ConfigError(p.errors);
   return spec;
@@ -364,6 +443,27 @@ std::string point_name(const std::vector<SweepAxis>& axes, const std::vector<siz
   return name.empty() ? "point" : name;
 }
 
+SweepPoint search_point(const SweepSpec& spec, const SweepPoint& group, const std::string& label) {
+  // The search key's axis, of one value, goes before the seeds.
+  std::vector<SweepAxis> axes = spec.axes;
+  std::vector<size_t> index = group.index;
+  size_t at = axes.size();
+  if (!axes.empty() && axes.back().key == "run.seed") --at;
+  const std::string assignment = spec.search.key + "=" + label;
+  axes.insert(axes.begin() + static_cast<std::ptrdiff_t>(at),
+              SweepAxis{spec.search.key, spec.search.short_name, {AxisValue{sanitize_label(label), {assignment}}}});
+  index.insert(index.begin() + static_cast<std::ptrdiff_t>(at), 0);
+  SweepPoint point;
+  point.name = point_name(axes, index);
+  point.overrides = group.overrides;
+  point.overrides.push_back(assignment);
+  point.labels = group.labels;
+  point.labels[spec.search.key] = label;
+  point.index = group.index;
+  point.config = load_config(spec.base_config, point.overrides);
+  return point;
+}
+
 std::vector<SweepPoint> expand_grid(const SweepSpec& spec) {
   const uint64_t size = grid_size(spec.axes);
   if (size > static_cast<uint64_t>(spec.max_points)) {
@@ -383,6 +483,7 @@ std::vector<SweepPoint> expand_grid(const SweepSpec& spec) {
     SweepPoint point;
     point.name = point_name(spec.axes, idx);
     point.overrides = spec.common;
+    point.index = idx;
     for (size_t a = 0; a < spec.axes.size(); ++a) {
       const auto& v = spec.axes[a].values[idx[a]];
       point.overrides.insert(point.overrides.end(), v.overrides.begin(), v.overrides.end());

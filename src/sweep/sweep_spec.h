@@ -14,6 +14,8 @@
 //     train.lr: [1e-3, 3e-3, 1e-2]
 //   seeds: [1, 2]                  # optional: run.seed axis
 //   max_points: 10000              # optional: the most points the grid may have
+//   search: {key: train.lr, low: 1e-2, high: 3, factor: 1.25, criterion: loss_divergence}
+//                                  # optional: bisect for the stability edge (edge_search.h)
 //
 // Points are the product of the axes in that order (variants, sizes, grid
 // keys in file order, seeds). A point is named by its values:
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "sweep/edge_search.h"
 
 namespace keel {
 
@@ -56,12 +59,17 @@ struct SweepSpec {
   std::vector<SweepAxis> axes;
   bool early_stop = true;
   int64_t max_points = kDefaultMaxPoints;
+  // With `search:` the axes make the groups, and each group's points are
+  // the values the edge search asks for (not known in advance).
+  bool has_search = false;
+  EdgeSearchSpec search;
 };
 
 struct SweepPoint {
   std::string name;
   std::vector<std::string> overrides;          // common, then one axis value after another
   std::map<std::string, std::string> labels;   // axis key -> value label
+  std::vector<size_t> index;                   // value index on each axis (point_name's)
   Config config;                               // resolved (run.name/out_dir not yet set)
 };
 
@@ -79,6 +87,11 @@ std::vector<SweepPoint> expand_grid(const SweepSpec& spec);
 // The number of points of a grid: the product of its axis sizes, UINT64_MAX
 // when that overflows. No point is made.
 uint64_t grid_size(const std::vector<SweepAxis>& axes);
+
+// A group's point at one value of the search key: its name has the value
+// where the key's axis would be (before the seed: "rms-head_lr=0.316_seed=2").
+// Throws ConfigError when the value makes the config invalid.
+SweepPoint search_point(const SweepSpec& spec, const SweepPoint& group, const std::string& label);
 
 // "rms-head_lr=1e-3": the labels of a point's axis values.
 std::string point_name(const std::vector<SweepAxis>& axes, const std::vector<size_t>& value_index);

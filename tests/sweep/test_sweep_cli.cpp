@@ -146,6 +146,78 @@ TEST_F(SweepCli, TinyGridRunsAndTheReportBuilds) {
   EXPECT_NE(read_file(g_dir + "/report2/report.md").find("Plots not drawn"), std::string::npos);
 }
 
+// The edge search (issue 34, part 3): a grid run first in the same directory
+// gives both ends of the range; the search reuses them, bisects each seed's
+// bracket down to its factor with real runs, records what it did, and a
+// re-run runs nothing. The report's edge rows agree with the runs' own
+// summaries: the value below the edge trained, the one above diverged.
+TEST_F(SweepCli, EdgeSearchReusesTheGridAndBracketsTheEdgeOfEverySeed) {
+  const std::string dir = out("edge");
+  const std::string head = "base: base.yaml\nout_dir: " + dir + "\nseeds: [1, 2]\n";
+  write_file(g_dir + "/edge-grid.yaml", head + "grid:\n  train.lr: [1e-3, 100]\n");
+  write_file(g_dir + "/edge.yaml", head + "search: {key: train.lr, low: 1e-3, high: 100, factor: 4}\n");
+  std::string log;
+  ASSERT_EQ(run_keel("sweep " + g_dir + "/edge-grid.yaml --parallel 2", &log), 0) << log;
+  ASSERT_EQ(run_keel("sweep " + g_dir + "/edge.yaml --dry-run", &log), 0) << log;
+  EXPECT_NE(log.find("2 group(s), train.lr searched in [0.001, 100] to a factor 4 for loss_divergence: at most 6 runs "
+                     "per group (a log grid at that resolution: 10)"), std::string::npos) << log;
+  EXPECT_NE(log.find("seed=1                           2 result(s); searching, trains at 0.001; next: 0.316"),
+            std::string::npos) << log;
+  ASSERT_EQ(run_keel("sweep " + g_dir + "/edge.yaml --parallel 2", &log), 0) << log;
+  EXPECT_NE(log.find("4 result(s) already in the directory are reused"), std::string::npos) << log;
+  EXPECT_EQ(log.find("start lr=0.001"), std::string::npos) << log;  // the grid's 1e-3 and 100 serve
+  EXPECT_EQ(log.find("start lr=100"), std::string::npos) << log;
+  EXPECT_NE(log.find("start lr=0.316_seed=1"), std::string::npos) << log;
+  const auto manifest = read_json(dir + "/sweep.json");
+  EXPECT_EQ(manifest["search"]["key"], "train.lr");
+  EXPECT_EQ(manifest["search"]["factor"], 4.0);
+
+  ASSERT_EQ(run_keel("report " + dir + " --no-plots", &log), 0) << log;
+  const std::string md = read_file(dir + "/report.md");
+  EXPECT_NE(md.find("## Stability edge"), std::string::npos) << md;
+  EXPECT_NE(md.find("Search: `train.lr` bisected in [0.001, 100] to a factor 4"), std::string::npos) << md;
+  // Each seed's bracket, checked against the runs themselves.
+  std::istringstream csv(read_file(dir + "/edge.csv"));
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "group,seed,state,stable,unstable,runs,non_monotone");
+  int rows = 0;
+  auto run_at = [&](const std::string& seed, double lr) {
+    for (const auto& p : manifest["points"])
+      if (p["labels"]["run.seed"] == seed &&
+          std::fabs(std::strtod(p["labels"]["train.lr"].get<std::string>().c_str(), nullptr) - lr) <= 1e-9 * lr)
+        return read_json(dir + "/" + p["name"].get<std::string>() + "/summary.json");
+    ADD_FAILURE() << "no point at lr " << lr << " seed " << seed;
+    return nlohmann::json::object();
+  };
+  while (std::getline(csv, line)) {
+    ++rows;
+    std::vector<std::string> f;
+    std::istringstream fields(line);
+    for (std::string field; std::getline(fields, field, ',');) f.push_back(field);
+    ASSERT_EQ(f.size(), 7u) << line;
+    EXPECT_EQ(f[0], "all");
+    EXPECT_EQ(f[2], "found") << line;
+    const double stable = std::stod(f[3]), unstable = std::stod(f[4]);
+    EXPECT_LE(unstable / stable, 4.0 * (1 + 1e-9)) << line;
+    EXPECT_GE(std::stoi(f[5]), 3) << line;
+    EXPECT_LE(std::stoi(f[5]), 7) << line;
+    const auto trained = run_at(f[1], stable), failed = run_at(f[1], unstable);
+    EXPECT_EQ(trained["stopped_by"], "completed") << line;
+    EXPECT_LT(trained["final_val_loss"].get<double>(), std::log(320.0)) << line;
+    const bool diverged = failed.value("diverged", false) ||
+                          !(failed.contains("final_val_loss") && failed["final_val_loss"].is_number() &&
+                            failed["final_val_loss"].get<double>() < std::log(320.0));
+    EXPECT_TRUE(diverged) << line << "\n" << failed.dump();
+  }
+  EXPECT_EQ(rows, 2);
+
+  // A re-run finds every search ended and starts nothing.
+  ASSERT_EQ(run_keel("sweep " + g_dir + "/edge.yaml", &log), 0) << log;
+  EXPECT_EQ(log.find("start "), std::string::npos) << log;
+  EXPECT_NE(log.find("edge seed=2: found, trains at"), std::string::npos) << log;
+}
+
 // Seeds (issue 17, section 2): divergence as k/N with a Wilson interval, loss
 // and perplexity as mean ± sd, bootstrap intervals over seeds, and the plot's
 // error band.

@@ -281,3 +281,62 @@ TEST(SweepSpec, GridSizeSaturatesInsteadOfOverflowing) {
         << e.what();
   }
 }
+
+TEST_F(SweepSpecTest, ASearchMakesGroupsWhosePointsCarryTheValueBeforeTheSeed) {
+  auto spec = keel::load_sweep_spec(write_sweep(
+      "base: base.yaml\n"
+      "variants:\n"
+      "  none: {model.qk_norm.type: none}\n"
+      "  rms: {model.qk_norm.type: rms}\n"
+      "seeds: [1, 2]\n"
+      "search: {key: train.lr, low: 1e-3, high: 3, factor: 1.5, criterion: logit_instability}\n"));
+  ASSERT_TRUE(spec.has_search);
+  EXPECT_EQ(spec.search.key, "train.lr");
+  EXPECT_EQ(spec.search.short_name, "lr");
+  EXPECT_DOUBLE_EQ(spec.search.low, 1e-3);
+  EXPECT_DOUBLE_EQ(spec.search.high, 3);
+  EXPECT_DOUBLE_EQ(spec.search.factor, 1.5);
+  EXPECT_EQ(spec.search.criterion, "logit_instability");
+  const auto groups = keel::expand_grid(spec);
+  ASSERT_EQ(names(groups), (std::vector<std::string>{"none_seed=1", "none_seed=2", "rms_seed=1", "rms_seed=2"}));
+  const keel::SweepPoint p = keel::search_point(spec, groups[3], "0.316");
+  EXPECT_EQ(p.name, "rms_lr=0.316_seed=2");
+  EXPECT_DOUBLE_EQ(p.config.train.lr, 0.316);
+  EXPECT_EQ(p.config.run.seed, 2);
+  EXPECT_EQ(p.labels.at("train.lr"), "0.316");
+  EXPECT_EQ(p.labels.at("variant"), "rms");
+  // Without any axis: one group, and points named by the value alone.
+  auto alone = keel::load_sweep_spec(write_sweep("base: base.yaml\nsearch: {key: train.lr, low: 1e-3, high: 1}\n"));
+  EXPECT_DOUBLE_EQ(alone.search.factor, 1.25);  // the default
+  EXPECT_EQ(alone.search.criterion, "loss_divergence");
+  const auto one = keel::expand_grid(alone);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(keel::search_point(alone, one[0], "0.01").name, "lr=0.01");
+}
+
+TEST_F(SweepSpecTest, SearchErrorsNameTheKeyAndTheLine) {
+  const std::string head = "base: base.yaml\n";
+  EXPECT_NE(error_of(head + "search: {key: train.lr, low: 1, high: 0.1}\n").find("search.high: must be above search.low"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "search: {key: train.lr, low: 1e-3, high: 1, factor: 1}\n").find("search.factor: must be above 1"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "search: {key: train.lr, low: -1, high: 1}\n").find("search.low: expected a positive number"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "search: {key: train.lr, low: 1e-3, high: 1, criterion: spikes}\n")
+                .find("search.criterion: expected loss_divergence or logit_instability"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "search: {key: train.lr, low: 1e-3}\n").find("search.high: required"), std::string::npos);
+  EXPECT_NE(error_of(head + "search: {key: train.lr, low: 1e-3, high: 1, step: 2}\n").find("search.step: unknown search key"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "search: {key: train.lrr, low: 1e-3, high: 1}\n").find("unknown config key"), std::string::npos);
+  const std::string both = error_of(head + "grid:\n  train.lr: [1e-3]\nsearch: {key: train.lr, low: 1e-3, high: 1}\n");
+  EXPECT_NE(both.find("search.key: train.lr is also an axis of the grid"), std::string::npos) << both;
+  EXPECT_NE(both.find("sweep.yaml:4"), std::string::npos) << both;
+  EXPECT_NE(error_of(head + "set: {train.lr: 1e-2}\nsearch: {key: train.lr, low: 1e-3, high: 1}\n")
+                .find("search.key: train.lr is also given by `set`"),
+            std::string::npos);
+  // A key that takes no real number: its own value check, naming the key.
+  EXPECT_NE(error_of(head + "search: {key: train.max_steps, low: 1.5, high: 10}\n").find("train.max_steps"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "search: [train.lr]\n").find("search: expected a mapping"), std::string::npos);
+}
