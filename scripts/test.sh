@@ -11,7 +11,9 @@ echo "[test] ctest"
 ctest --test-dir "$build_dir" --output-on-failure -j "${KEEL_TEST_JOBS:-2}"
 if compgen -G "tests/python/test_*.py" > /dev/null; then
   echo "[test] pytest"
-  .venv/bin/python -m pytest -q tests/python
+  # A file per worker (--dist loadfile): a module's fixture (the HF parity
+  # runs' 40 s of training) is built once, not once per worker.
+  .venv/bin/python -m pytest -q -n "${KEEL_TEST_JOBS:-2}" --dist loadfile tests/python
 fi
 echo "[test] sanitizers: the file readers' tests and the fuzzer under ASan + UBSan"
 bash scripts/sanitize.sh
