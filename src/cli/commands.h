@@ -25,6 +25,7 @@ Command add_sample_command(CLI::App& app);
 Command add_sweep_command(CLI::App& app);   // cmd_sweep.cpp
 Command add_report_command(CLI::App& app);  // cmd_sweep.cpp
 Command add_compare_command(CLI::App& app);  // cmd_sweep.cpp
+Command add_replay_command(CLI::App& app);   // cmd_replay.cpp
 Command add_export_hf_command(CLI::App& app);  // cmd_hf.cpp
 Command add_import_hf_command(CLI::App& app);  // cmd_hf.cpp
 Command add_bench_command(CLI::App& app);

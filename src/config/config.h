@@ -42,8 +42,8 @@ enum class MuonAdjustLr { match_rms_adamw, spectral };
 KEEL_CHOICE(MuonAdjustLr, "match_rms_adamw", "spectral");
 enum class MuonNsDtype { automatic, bf16, fp32 };
 KEEL_CHOICE(MuonNsDtype, "auto", "bf16", "fp32");
-enum class Precision { automatic, fp32, bf16 };
-KEEL_CHOICE(Precision, "auto", "fp32", "bf16");
+enum class Precision { automatic, fp32, bf16, fp64 };
+KEEL_CHOICE(Precision, "auto", "fp32", "bf16", "fp64");
 enum class AttentionBackend { automatic, cudnn, flash, efficient, math };
 KEEL_CHOICE(AttentionBackend, "auto", "cudnn", "flash", "efficient", "math");
 enum class SpikeAction { none, skip_step, rewind };
@@ -162,7 +162,7 @@ struct TrainConfig {
   double grad_clip = 1.0;                  // 0: off
   double z_loss = 0.0;
   int64_t loss_chunk_tokens = 8192;        // output head + loss over chunks of tokens (chunked_loss.h); 0: whole logits
-  Precision precision = Precision::automatic;  // auto | fp32 | bf16
+  Precision precision = Precision::automatic;  // auto | fp32 | bf16 | fp64 (CPU)
   bool tf32 = true;
   AttentionBackend attention_backend = AttentionBackend::automatic;  // SDPA kernel tried first (device.h)
   bool cuda_graph = false;                 // capture the whole step as one CUDA graph (step_runner.h)

@@ -76,7 +76,8 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
             "64 MiB, per chunk); 0 = whole logits").min = 0;
   s.choice("train.precision", &t.precision, {},
            "auto = bf16 autocast on CUDA, fp32 on CPU; bf16 = bf16 autocast on either (fp32 weights, loss and "
-           "norms; on the CPU fast only with AVX-512 BF16 or AMX)");
+           "norms; on the CPU fast only with AVX-512 BF16 or AMX); fp64 = weights, optimizer state and every "
+           "computation in float64, CPU only (a reference: keel replay's higher-precision branch of an fp32 run)");
   s.boolean("train.tf32", &t.tf32, "allow TF32 matmuls on CUDA");
   s.choice("train.attention_backend", &t.attention_backend, {},
            "SDPA kernel tried first where it supports the shapes (the next ones remain as fallbacks; keel bench "

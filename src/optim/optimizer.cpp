@@ -155,7 +155,7 @@ torch::Tensor clip_grad_norm(const std::vector<NamedParam>& params, double max_n
   for (const auto& p : params)
     if (p.param.grad().defined()) grads.push_back(p.param.grad());
   if (grads.empty()) return torch::zeros({});
-  auto norms = torch::_foreach_norm(grads, 2.0, torch::kFloat32);
+  auto norms = torch::_foreach_norm(grads, 2.0, norm_dtype(grads));
   auto total = torch::stack(norms).norm(2.0);
   if (max_norm > 0) {
     // min(1, max_norm / (norm + 1e-6)) as a device tensor (torch's clip_grad_norm_ formula).

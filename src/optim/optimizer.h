@@ -16,6 +16,13 @@
 
 namespace keel {
 
+// The dtype a sum of squares accumulates in: float32 for bf16 and fp32
+// tensors, float64 for an fp64 run's (train.precision fp64), where a float32
+// accumulator would be a narrowing LibTorch refuses.
+inline c10::ScalarType norm_dtype(const std::vector<torch::Tensor>& tensors) {
+  return tensors.empty() ? torch::kFloat32 : at::promote_types(tensors.front().scalar_type(), torch::kFloat32);
+}
+
 struct NamedParam {
   std::string name;
   torch::Tensor param;

@@ -125,6 +125,12 @@ ComputeSetup setup_compute(const TrainConfig& t, int local_rank, int local_world
   const bool have_cuda = torch::cuda::is_available();
   const DeviceChoice device =
       t.device == DeviceChoice::automatic ? (have_cuda ? DeviceChoice::cuda : DeviceChoice::cpu) : t.device;
+  if (device == DeviceChoice::cuda && t.precision == Precision::fp64) {
+    ConfigErrors e;
+    e.add("train.precision", "is fp64, which keel runs on the CPU only (a reference for replaying an fp32 run); use "
+                             "--set train.device=cpu, or fp32 / bf16 on the GPU");
+    throw ConfigError(e);
+  }
   if (device == DeviceChoice::cuda && !have_cuda) {
     ConfigErrors e;
     e.add("train.device", "is cuda but no CUDA device is visible; use --set train.device=cpu");
@@ -159,6 +165,7 @@ ComputeSetup setup_compute(const TrainConfig& t, int local_rank, int local_world
     // bf16 on the CPU only when asked for ("auto" stays fp32): CPU autocast
     // runs matmuls in bf16 (fast with AVX-512 BF16 or AMX, emulated without).
     s.bf16_autocast = t.precision == Precision::bf16;
+    s.fp64 = t.precision == Precision::fp64;
     s.attention_order = apply_attention_backend(t.attention_backend, s.device);
     keep_freed_memory_in_process();
     s.device_name = "cpu (" + std::to_string(s.threads) + " threads)";

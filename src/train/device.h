@@ -13,6 +13,7 @@ namespace keel {
 struct ComputeSetup {
   torch::Device device = torch::kCPU;
   bool bf16_autocast = false;
+  bool fp64 = false;  // train.precision fp64 (CPU): the model and its optimizer state in float64
   int threads = 1;
   double peak_flops = 0;        // per device (or per CPU process), FLOP/s
   std::string peak_source;      // "H200 dense bf16 (spec)", "measured fp32 matmul", ...

@@ -51,7 +51,7 @@ nlohmann::json collect_model_stats(Transformer& model, const torch::Tensor& inpu
 double parameter_norm(Transformer& model) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> params = model->parameters();
-  auto norms = torch::_foreach_norm(params, 2.0, torch::kFloat32);
+  auto norms = torch::_foreach_norm(params, 2.0, norm_dtype(params));
   return torch::stack(norms).norm().item<double>();
 }
 

@@ -1,6 +1,7 @@
 #include "train/train_state.h"
 
 #include <fstream>
+#include <algorithm>
 #include <set>
 
 #ifdef KEEL_WITH_CUDA
@@ -195,7 +196,7 @@ Config checkpoint_config(const std::string& dir) {
   return config_from_yaml_text(meta.value("config", ""));
 }
 
-ConfigDiff diff_for_resume(const Config& saved, const Config& current) {
+ConfigDiff diff_for_resume(const Config& saved, const Config& current, const std::vector<std::string>& also_allowed) {
   Config a = saved, b = current;
   Schema sa = make_schema(a), sb = make_schema(b);
   ConfigDiff diff;
@@ -204,7 +205,8 @@ ConfigDiff diff_for_resume(const Config& saved, const Config& current) {
     std::string va = sa.value_string(key), vb = sb.value_string(sb.keys()[i]);
     if (va == vb) continue;
     std::string line = key.path + ": " + va + " -> " + vb;
-    (safe_to_change(key.path) ? diff.allowed : diff.refused).push_back(line);
+    const bool asked = std::find(also_allowed.begin(), also_allowed.end(), key.path) != also_allowed.end();
+    (safe_to_change(key.path) || asked ? diff.allowed : diff.refused).push_back(line);
   }
   return diff;
 }

@@ -53,7 +53,7 @@ struct ConfigDiff {
   std::vector<std::string> refused;  // "model.d_model: 128 -> 256"
   std::vector<std::string> allowed;  // "train.max_steps: 600 -> 1200"
 };
-ConfigDiff diff_for_resume(const Config& saved, const Config& current);
+ConfigDiff diff_for_resume(const Config& saved, const Config& current, const std::vector<std::string>& also_allowed = {});
 
 // Config stored in a checkpoint's state.json.
 Config checkpoint_config(const std::string& checkpoint_dir);

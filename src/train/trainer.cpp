@@ -61,6 +61,7 @@ int Trainer::run() {
     if (dist_->distributed() && vote_cadence_.due(plan.step)) plan.host_sync = true;  // the stop vote's bound
     const StepReport report = train_step(plan);
     steps_done_ = plan.step;
+    if (plan.step == faults_.momentum_x1000_at_step) inject_momentum_fault();
     if (plan.host_sync && halt_on_nonfinite(plan)) {
       stopped_by = "nonfinite";
       exit_code = exit_code::nonfinite;
@@ -197,7 +198,7 @@ void Trainer::print_settings() {
   auto row = [&](const std::string& k, const std::string& v) { log.info(strf("| %-24s | %-52s |", k.c_str(), v.c_str())); };
   log.info(rule);
   row("run", run_->path());
-  row("device", compute_.device_name + (compute_.bf16_autocast ? ", bf16 autocast" : ", fp32"));
+  row("device", compute_.device_name + (compute_.bf16_autocast ? ", bf16 autocast" : compute_.fp64 ? ", fp64" : ", fp32"));
   row("model", std::to_string(m.n_layers) + " layers, d " + std::to_string(m.d_model) + ", " +
                    std::to_string(m.n_heads) + "q/" + std::to_string(m.n_kv_heads) + "kv heads, " + name_of(m.mlp));
   row("norm placement / norm", name_of(m.norm_placement) + " / " + name_of(m.norm));
@@ -336,8 +337,8 @@ void Trainer::measure_update(const std::vector<torch::Tensor>& before, StepRepor
   std::vector<torch::Tensor> now, delta = before;
   for (const auto& p : parts_.optimizer->params()) now.push_back(p.param.detach());
   torch::_foreach_sub_(delta, now);  // delta := before - after = -update
-  auto update = torch::stack(torch::_foreach_norm(delta, 2.0, torch::kFloat32)).norm();
-  auto weights = torch::stack(torch::_foreach_norm(now, 2.0, torch::kFloat32)).norm();
+  auto update = torch::stack(torch::_foreach_norm(delta, 2.0, norm_dtype(delta))).norm();
+  auto weights = torch::stack(torch::_foreach_norm(now, 2.0, norm_dtype(now))).norm();
   report.param_norm = weights.item<double>();
   report.update_ratio = (update / weights).item<double>();
 }
@@ -356,7 +357,7 @@ nlohmann::json Trainer::per_layer_grad_norms() {
   std::vector<torch::Tensor> norms;
   for (const auto& g : groups)
     norms.push_back(g.empty() ? torch::zeros({}, torch::TensorOptions().device(compute_.device))
-                              : torch::stack(torch::_foreach_norm(g, 2.0, torch::kFloat32)).norm());
+                              : torch::stack(torch::_foreach_norm(g, 2.0, norm_dtype(g))).norm());
   auto host = torch::stack(norms).to(torch::kFloat64).cpu();  // sync point
   nlohmann::json out = {{"blocks", nlohmann::json::array()}, {"other", host[cfg_.model.n_layers].item<double>()}};
   for (int64_t i = 0; i < cfg_.model.n_layers; ++i) out["blocks"].push_back(host[i].item<double>());
@@ -384,6 +385,14 @@ void Trainer::inject_loss_faults(int64_t step, LossParts& loss) const {
     loss.total = loss.total * std::numeric_limits<double>::quiet_NaN();
     loss.ce = loss.ce * std::numeric_limits<double>::quiet_NaN();
   }
+}
+
+// A spike planted in the optimizer state (momentum_x1000_at_step): the first
+// moments grow a thousandfold after this step's update, before its checkpoint.
+void Trainer::inject_momentum_fault() {
+  torch::NoGradGuard no_grad;
+  for (auto& [name, t] : parts_.optimizer->state())
+    if (starts_with(name, "exp_avg.") || starts_with(name, "muon_momentum.")) t.mul_(1000.0);
 }
 
 // ------------------------------------------------- once in a while: the host

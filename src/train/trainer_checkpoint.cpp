@@ -45,7 +45,7 @@ void Trainer::resume_from_checkpoint_unchecked(const std::string& dir) {
 void Trainer::restore_checkpoint(const std::string& dir, bool branch, const std::string& why) {
   CheckpointStore::verify(dir);  // a corrupted checkpoint is named before anything else
   Config saved = checkpoint_config(dir);
-  ConfigDiff diff = diff_for_resume(saved, cfg_);
+  ConfigDiff diff = diff_for_resume(saved, cfg_, opts_.fork_changes);
   if (!diff.refused.empty()) {
     std::string list;
     for (const auto& d : diff.refused) list += "\n  " + d;
@@ -91,6 +91,11 @@ void Trainer::restore_checkpoint(const std::string& dir, bool branch, const std:
   }
   if (extra.contains("spike_skips")) spike_skips_ = json_int<int64_t>(extra["spike_skips"]);
   data_skips_.load_state(extra, dir + "/state.json");
+  for (const auto& range : parse_skip_batches(opts_.fork_skips, nullptr)) {  // checked by keel train's options
+    data_skips_.add(range);
+    run_->log->info(strf("fork: %lld batch(es) skipped after step %lld", static_cast<long long>(range.batches),
+                         static_cast<long long>(range.after_step)));
+  }
   if (branch) branch_off(dir, start_step_, why);
   truncate_logs_after(start_step_);
 }

@@ -69,6 +69,7 @@ class Trainer {
   nlohmann::json per_layer_grad_norms();
   void measure_update(const std::vector<torch::Tensor>& before, StepReport& report);
   void apply_qk_clip();
+  void inject_momentum_fault();
   void inject_loss_faults(int64_t step, LossParts& loss) const;
   // monitor.on_spike: rewind (trainer_rewind.cpp): the first spike of these
   // events every rank agrees to rewind for, or nullopt.

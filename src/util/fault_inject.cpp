@@ -44,6 +44,7 @@ TrainFaults TrainFaults::from_environment(int rank) {
   if (spec->point == "nan_loss_at_step") f.nan_loss_at_step = positive(spec->argument);
   if (spec->point == "loss_x10_at_step") f.loss_x10_at_step = positive(spec->argument);
   if (spec->point == "sigterm_at_step") f.sigterm_at_step = positive(spec->argument);
+  if (spec->point == "momentum_x1000_at_step") f.momentum_x1000_at_step = positive(spec->argument);
   if (spec->point == "kill_rank_at_step" || spec->point == "hang_rank_at_step") {
     const size_t colon = spec->argument.find(':');
     if (colon == std::string::npos) return f;

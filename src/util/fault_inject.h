@@ -15,6 +15,13 @@
 // Training faults (TrainFaults), at a 1-based step N:
 //   nan_loss_at_step:N             the loss is NaN (non-finite handling)
 //   loss_x10_at_step:N             the loss is multiplied by 10 (a planted spike)
+//                                  at data batch N: it follows the batch, not
+//                                  the step (a bad batch; keel replay skips it)
+//   momentum_x1000_at_step:N       after step N's update, the optimizer's first
+//                                  moments (AdamW exp_avg, Muon momentum) are
+//                                  multiplied by 1000: a spike planted in the
+//                                  optimizer state, which step N's checkpoint
+//                                  keeps
 //   kill_rank_at_step:R:N          rank R kills itself before step N
 //   hang_rank_at_step:R:N          rank R hangs before step N
 //   sigterm_at_step:N              the process sends itself SIGTERM before step N
@@ -51,6 +58,7 @@ struct TrainFaults {
   int64_t kill_at_step = 0;  // this rank's
   int64_t hang_at_step = 0;  // this rank's
   int64_t sigterm_at_step = 0;
+  int64_t momentum_x1000_at_step = 0;
   bool loss_faults() const { return nan_loss_at_step || loss_x10_at_step; }
   static TrainFaults from_environment(int rank);
 };

@@ -1,0 +1,35 @@
+// `keel replay RUN_DIR --step N [--steps K] [--branches ...]` (replay/replay.h).
+#include <CLI/CLI.hpp>
+
+#include <memory>
+
+#include "cli/commands.h"
+#include "replay/replay.h"
+
+namespace keel {
+
+Command add_replay_command(CLI::App& app) {
+  auto o = std::make_shared<ReplayOptions>();
+  auto no_plots = std::make_shared<bool>(false);
+  auto* cmd = app.add_subcommand(
+      "replay", "why did a spike happen? fork a run from its checkpoint before step N into branches (identical, "
+                "batches skipped, another data order, LR halved, higher precision) and see which spike again");
+  cmd->add_option("run", o->run_dir, "the run directory (keel train's)")->required();
+  cmd->add_option("--step", o->step, "the spike's step")->required();
+  cmd->add_option("--steps", o->steps, "steps each branch runs past the spike")->capture_default_str();
+  cmd->add_option("--branches", o->branches, "branches to run (default all): identical skip reorder lr_half precision")
+      ->delimiter(',');
+  cmd->add_option("--skip-batches", o->skip_batches,
+                  "skip branch: batches skipped after the checkpoint; 0 = through the spike's step")
+      ->capture_default_str();
+  cmd->add_option("--threads", o->threads, "CPU threads per branch; 0 = all cores")->capture_default_str();
+  cmd->add_flag("--no-plots", *no_plots, "do not draw plots/replay.png");
+  cmd->add_option("--python", o->python, "Python interpreter for the plot (default: $KEEL_PYTHON, then .venv)");
+  return [cmd, o, no_plots]() -> int {
+    if (!*cmd) return -1;
+    o->plots = !*no_plots;
+    return run_replay(*o);
+  };
+}
+
+}  // namespace keel

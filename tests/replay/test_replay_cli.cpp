@@ -1,0 +1,142 @@
+// `keel replay` end to end on a tiny model (issue 34, part 4): a spike
+// planted in the data (the loss x10 at one data batch) comes back in the
+// identical branch and vanishes when its batch is skipped; one planted in the
+// optimizer state (first moments x1000 just before a checkpoint) comes back in
+// both. The run itself is never written to, the higher-precision branch of
+// an fp32 CPU run trains in fp64, and bad input exits 2 naming what is wrong.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+#include "util/fs.h"
+
+using keel_test::read_file;
+using keel_test::run_keel;
+using keel_test::write_file;
+
+namespace {
+
+std::string g_dir;
+
+nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }
+
+// A 40-step run with checkpoints every 10 steps and a spike detector that
+// is active after 8 logged losses; `fault` planted through KEEL_FAULT_INJECT.
+std::string train_run(const std::string& name, const std::string& fault) {
+  setenv("KEEL_FAULT_INJECT", fault.c_str(), 1);
+  std::string log;
+  const int rc = run_keel("train " + g_dir + "/base.yaml --set run.name=" + name, &log);
+  unsetenv("KEEL_FAULT_INJECT");
+  EXPECT_EQ(rc, 0) << log;
+  return g_dir + "/runs/" + name;
+}
+
+const nlohmann::json& branch(const nlohmann::json& replay, const std::string& name) {
+  for (const auto& b : replay["branches"])
+    if (b["name"] == name) return b;
+  static const nlohmann::json none;
+  ADD_FAILURE() << "no branch " << name << " in " << replay.dump();
+  return none;
+}
+
+class ReplayCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    g_dir = keel_test::make_temp_dir("replay_cli");
+    write_file(g_dir + "/corpus.txt", keel_test::make_sentence_corpus(5, 300));
+    write_file(g_dir + "/base.yaml",
+               "model: {vocab_size: 320, max_seq_len: 32, d_model: 32, n_layers: 1, n_heads: 2, n_kv_heads: 1}\n"
+               "data: {dir: " + g_dir + "/data, sources: [" + g_dir + "/corpus.txt], doc_separator: '%', "
+               "val_fraction: 0.1}\n"
+               "train: {max_steps: 40, batch_size: 4, lr: 3e-3, min_lr: 1e-4, warmup_steps: 2, log_every: 1, "
+               "eval_every: 20, eval_batches: 1}\n"
+               "checkpoint: {every: 10, keep_last: 5}\n"
+               "monitor: {every: 5, sequences: 1, spike_window: 16, spike_warmup: 8}\n"
+               "run: {out_dir: " + g_dir + "/runs}\n");
+  }
+  static void TearDownTestSuite() { keel::remove_tree(g_dir); }
+};
+
+TEST_F(ReplayCli, ADataSpikeComesBackIdenticallyAndGoesWithItsBatch) {
+  const std::string run = train_run("data", "loss_x10_at_step:25");
+  ASSERT_NE(read_file(run + "/spikes.jsonl").find("\"signal\":\"loss\",\"std\""), std::string::npos);
+  const std::string metrics_before = read_file(run + "/metrics.jsonl");
+  const auto checkpoints_before = keel::list_directory(run + "/checkpoints");
+  // The bad batch is still there for the branches: the fault follows data batch 25.
+  setenv("KEEL_FAULT_INJECT", "loss_x10_at_step:25", 1);
+  std::string log;
+  const int rc = run_keel("replay " + run + " --step 25 --steps 3", &log);
+  unsetenv("KEEL_FAULT_INJECT");
+  ASSERT_EQ(rc, 0) << log;
+  const std::string out = run + "/branches/replay-25";
+  const auto replay = read_json(out + "/replay.json");
+  EXPECT_EQ(replay["checkpoint_step"], 20);
+  EXPECT_EQ(replay["signals"], nlohmann::json({"loss", "grad_norm"}));
+  EXPECT_TRUE(branch(replay, "identical")["reproduced"].get<bool>()) << replay.dump(1);
+  EXPECT_FALSE(branch(replay, "skip")["reproduced"].get<bool>()) << replay.dump(1);
+  EXPECT_EQ(branch(replay, "skip")["what"], "5 batch(es) after step 20 skipped (through the spike's)");
+  // The identical branch is the run again, to the last digit logged.
+  const double run_loss = replay["losses"]["original"]["25"], identical = branch(replay, "identical")["loss_at_step"];
+  EXPECT_DOUBLE_EQ(identical, run_loss);
+  EXPECT_LT(branch(replay, "skip")["loss_at_step"].get<double>(), run_loss / 5);
+  // fp64 for an fp32 CPU run: a real fp64 run, whose loss agrees with fp32's.
+  EXPECT_EQ(branch(replay, "precision")["what"], "fp64 instead of fp32 (CPU): weights, optimizer state and every computation");
+  EXPECT_NE(read_file(out + "/precision/train.log").find(", fp64 "), std::string::npos);
+  EXPECT_NEAR(branch(replay, "precision")["loss_at_step"].get<double>(), run_loss, 1e-3 * run_loss);
+  for (const char* b : {"identical", "skip", "reorder", "lr_half", "precision"})
+    EXPECT_TRUE(keel::path_exists(out + "/" + b + "/summary.json")) << b;
+  const std::string md = read_file(out + "/replay.md");
+  EXPECT_NE(md.find("| identical | nothing: the run's batches, settings and state | **yes** |"), std::string::npos) << md;
+  EXPECT_NE(md.find("removed it: the data caused it"), std::string::npos) << md;
+  EXPECT_TRUE(keel::path_exists(out + "/plots/replay.png"));
+  // The run itself is untouched.
+  EXPECT_EQ(read_file(run + "/metrics.jsonl"), metrics_before);
+  EXPECT_EQ(keel::list_directory(run + "/checkpoints"), checkpoints_before);
+}
+
+TEST_F(ReplayCli, AnOptimizerStateSpikeComesBackInBothBranches) {
+  // The moments grow after step 20's update, so checkpoint 20 holds them.
+  const std::string run = train_run("state", "momentum_x1000_at_step:20");
+  const std::string spikes = read_file(run + "/spikes.jsonl");
+  ASSERT_NE(spikes.find("\"step\":22"), std::string::npos) << spikes;
+  std::string log;
+  ASSERT_EQ(run_keel("replay " + run + " --step 22 --steps 2 --branches identical,skip --no-plots", &log), 0) << log;
+  const auto replay = read_json(run + "/branches/replay-22/replay.json");
+  ASSERT_EQ(replay["branches"].size(), 2u);
+  EXPECT_TRUE(branch(replay, "identical")["reproduced"].get<bool>()) << replay.dump(1);
+  EXPECT_TRUE(branch(replay, "skip")["reproduced"].get<bool>()) << replay.dump(1);
+  EXPECT_NE(read_file(run + "/branches/replay-22/replay.md").find("its cause was already in the state at the checkpoint"),
+            std::string::npos);
+  // A second replay replaces its own branches, and only those.
+  write_file(run + "/branches/replay-22/notes.txt", "mine");
+  ASSERT_EQ(run_keel("replay " + run + " --step 22 --steps 1 --branches identical --no-plots", &log), 0) << log;
+  EXPECT_EQ(read_file(run + "/branches/replay-22/notes.txt"), "mine");
+  EXPECT_EQ(read_json(run + "/branches/replay-22/replay.json")["branches"].size(), 1u);
+}
+
+TEST_F(ReplayCli, BadInputExitsTwoNamingWhatIsWrong) {
+  const std::string run = train_run("plain", "none:0");
+  std::string log;
+  EXPECT_EQ(run_keel("replay " + run + " --step 5", &log), 2);  // the first checkpoint is step 10's
+  EXPECT_NE(log.find("no valid checkpoint of " + run + " before step 5 (checkpoints at: 10, 20, 30, 40)"),
+            std::string::npos) << log;
+  EXPECT_EQ(run_keel("replay " + run + " --step 99", &log), 2);
+  EXPECT_NE(log.find("past the run's train.max_steps (40)"), std::string::npos) << log;
+  EXPECT_EQ(run_keel("replay " + run + " --step 25 --branches identical,sideways", &log), 2);
+  EXPECT_NE(log.find("unknown branch 'sideways'"), std::string::npos) << log;
+  EXPECT_EQ(run_keel("replay " + g_dir + " --step 25", &log), 2);
+  EXPECT_NE(log.find("is not a keel run directory (no config.yaml)"), std::string::npos) << log;
+  EXPECT_FALSE(keel::path_exists(run + "/branches"));
+  // keel train's fork options need a named checkpoint, and say which is wrong.
+  EXPECT_EQ(run_keel("train " + g_dir + "/base.yaml --set run.name=f --fork-change train.lr", &log), 2);
+  EXPECT_NE(log.find("need --resume PATH"), std::string::npos) << log;
+  EXPECT_EQ(run_keel("train " + g_dir + "/base.yaml --set run.name=f --resume " + run + "/checkpoints/step_00000010 "
+                     "--fork-skip 10:0 --fork-change train.lrr", &log), 2);
+  EXPECT_NE(log.find("--fork-skip: entry 0 '10:0' is not AFTER:COUNT"), std::string::npos) << log;
+  EXPECT_NE(log.find("--fork-change train.lrr: unknown config key"), std::string::npos) << log;
+}
+
+}  // namespace
