@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "distributed/dist_env.h"
+#include "util/child_process.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -26,18 +27,6 @@ namespace {
 std::atomic<int> g_forward_signal{0};
 void on_signal(int sig) { g_forward_signal.store(sig); }
 
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw std::runtime_error("keel launch: cannot find its own executable (/proc/self/exe)");
-  return std::string(buf, static_cast<size_t>(n));
-}
-
-int exit_code_of(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
-}
 
 std::string describe(int status) {
   if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));

@@ -1,13 +1,10 @@
 #include "replay/replay.h"
 
-#include <fcntl.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <cerrno>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -16,6 +13,7 @@
 #include "sweep/sweep_manifest.h"
 #include "sweep/sweep_report.h"
 #include "train/run_dir.h"
+#include "util/child_process.h"
 #include "util/dir_lock.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -106,38 +104,13 @@ std::map<int64_t, double> losses_between(const std::string& run_dir, int64_t fir
   return out;
 }
 
-std::string self_exe() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw std::runtime_error("cannot find the keel binary (/proc/self/exe)");
-  return std::string(buf, static_cast<size_t>(n));
-}
-
-// Runs `args` with stdout and stderr to `log_path`; returns its exit code.
+// Runs `args` with its output to `log_path`; returns its exit code.
 int run_child(const std::vector<std::string>& args, const std::string& log_path) {
-  std::vector<std::string> copy = args;
-  std::vector<char*> argv;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);  // a replay killed with -9 stops its branch too
-    if (getppid() != parent) _exit(1);
-    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      ::close(fd);
-    }
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  const pid_t pid = start_logged_child(args, log_path);  // a replay killed with -9 stops its branch too
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return exit_code_of(status);
 }
 
 std::string comma_list(const std::vector<std::string>& v) {

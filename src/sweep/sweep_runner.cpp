@@ -24,6 +24,7 @@
 #include "sweep/point_source.h"
 #include "sweep/sweep_manifest.h"
 #include "train/run_dir.h"
+#include "util/child_process.h"
 #include "util/dir_lock.h"
 #include "util/fs.h"
 #include "util/host.h"
@@ -43,12 +44,6 @@ void on_sweep_signal(int sig) { g_sweep_signal = sig; }
 
 using Clock = std::chrono::steady_clock;
 
-std::string self_exe() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw std::runtime_error("cannot find the keel binary (/proc/self/exe)");
-  return std::string(buf, static_cast<size_t>(n));
-}
 
 // The step of the last record in a run's metrics.jsonl (0 if none), read
 // from the file's tail so that long runs cost nothing.
@@ -163,42 +158,9 @@ class Runner {
     for (const auto& o : p.overrides) args.insert(args.end(), {"--set", o});
     args.insert(args.end(), {"--set", "run.out_dir=" + spec_.out_dir, "--set", "run.name=" + p.name, "--set",
                              "train.threads=" + std::to_string(threads_), "--resume", "auto"});
-    // Everything the child needs is built before fork: only async-signal-safe
-    // calls happen between fork and exec.
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e; ++e) {
-      const std::string kv = *e;
-      if (kv.rfind("OMP_NUM_THREADS=", 0) == 0 || kv.rfind("MKL_NUM_THREADS=", 0) == 0) continue;
-      env_strings.push_back(kv);
-    }
-    env_strings.push_back("OMP_NUM_THREADS=" + std::to_string(threads_));
-    env_strings.push_back("MKL_NUM_THREADS=" + std::to_string(threads_));
-    std::vector<char*> envp;
-    for (auto& e : env_strings) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    const std::string log_path = dir + "/stdout.log";
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
-    if (pid == 0) {
-      // If the sweep dies (kill -9), its points get SIGTERM: they checkpoint
-      // and stop instead of running on unseen beside a re-run of the sweep.
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(1);
-      const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        ::close(fd);
-      }
-      const int devnull = ::open("/dev/null", O_RDONLY);
-      if (devnull >= 0) dup2(devnull, 0);
-      execve(argv[0], argv.data(), envp.data());
-      _exit(127);
-    }
+    const pid_t pid = start_logged_child(args, dir + "/stdout.log",
+                                         {"OMP_NUM_THREADS=" + std::to_string(threads_),
+                                          "MKL_NUM_THREADS=" + std::to_string(threads_)});
     running_.push_back({i, pid, Clock::now(), resume_step, resume_step});
     log_.info(strf("start %s%s (pid %d, %d thread%s): %s", p.name.c_str(),
                    resume_step > 0 ? strf(", resuming at step %lld", static_cast<long long>(resume_step)).c_str() : "",
@@ -300,6 +262,16 @@ class Runner {
 };
 
 
+// Results of this sweep computed with other settings are never mixed in.
+void refuse_conflicts(const Reconciliation& rec, const std::string& out_dir) {
+  if (rec.conflicts.empty()) return;
+  std::string list;
+  for (const auto& c : rec.conflicts) list += "\n  " + c;
+  throw RunDirError("refusing to run: " + out_dir + " holds results of this sweep computed with other settings, "
+                    "and mixing them would compare incompatible runs. Changed (recorded -> now):" + list +
+                    "\nUse another directory (--out DIR), or remove " + out_dir + " to start over.");
+}
+
 nlohmann::json read_old_manifest(const std::string& manifest_path) {
   nlohmann::json old_manifest = nlohmann::json::object();
   if (path_exists(manifest_path)) {
@@ -335,13 +307,7 @@ int run_edge_search(const SweepSpec& spec, const SweepOptions& options) {
   // directory), rebuilt with today's settings: any that changed is refused.
   std::vector<SweepPoint> points = reusable_points(spec, groups, old_manifest);
   const Reconciliation rec = reconcile(old_manifest, points);
-  if (!rec.conflicts.empty()) {
-    std::string list;
-    for (const auto& c : rec.conflicts) list += "\n  " + c;
-    throw RunDirError("refusing to run: " + spec.out_dir + " holds results of this sweep computed with other settings, "
-                      "and mixing them would compare incompatible runs. Changed (recorded -> now):" + list +
-                      "\nUse another directory (--out DIR), or remove " + spec.out_dir + " to start over.");
-  }
+  refuse_conflicts(rec, spec.out_dir);
   for (const auto& p : points)
     if (dir_is_locked(spec.out_dir + "/" + p.name))
       throw RunDirError("point " + spec.out_dir + "/" + p.name + " is still being trained by another process (a "
@@ -460,13 +426,7 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
         rec.conflicts.push_back(k + ": " + v + " -> " + it->second + " (" + name + ", from its config.yaml)");
     }
   }
-  if (!rec.conflicts.empty()) {
-    std::string list;
-    for (const auto& c : rec.conflicts) list += "\n  " + c;
-    throw RunDirError("refusing to run: " + spec.out_dir + " holds results of this sweep computed with other settings, "
-                      "and mixing them would compare incompatible runs. Changed (recorded -> now):" + list +
-                      "\nUse another directory (--out DIR), or remove " + spec.out_dir + " to start over.");
-  }
+  refuse_conflicts(rec, spec.out_dir);
 
   // Which points this invocation runs.
   std::vector<size_t> selected;
