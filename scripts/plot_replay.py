@@ -36,7 +36,7 @@ def main():
         (line,) = ax.plot(steps, values, label="the run" if name == "original" else name, **style)
         at = dict(pts)
         marks = [(s["step"], at[s["step"]]) for s in spikes.get(name, [])
-                 if s.get("signal") == "loss" and s.get("step") in at]
+                 if s.get("step") in at]  # any signal flagged, marked on the loss curve
         if marks:
             ax.scatter(*zip(*marks), marker="x", s=60, color=line.get_color(), zorder=6)
     ax.axvline(replay["step"], color="grey", ls=":", lw=1)

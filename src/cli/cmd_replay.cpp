@@ -17,6 +17,7 @@ Command add_replay_command(CLI::App& app) {
   cmd->add_option("run", o->run_dir, "the run directory (keel train's)")->required();
   cmd->add_option("--step", o->step, "the spike's step")->required();
   cmd->add_option("--steps", o->steps, "steps each branch runs past the spike")->capture_default_str();
+  cmd->add_option("--from", o->from, "the checkpoint step to fork from (default: the newest before --step)");
   cmd->add_option("--branches", o->branches, "branches to run (default all): identical skip reorder lr_half precision")
       ->delimiter(',');
   cmd->add_option("--skip-batches", o->skip_batches,

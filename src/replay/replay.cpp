@@ -131,7 +131,11 @@ std::string spike_text(const std::vector<nlohmann::json>& spikes) {
 }
 
 // What the branches say together, in plain words.
-std::string reading(const std::map<std::string, bool>& reproduced) {
+// `diverged`: branches whose loss diverged anyway; `first_step`: the spike is
+// at the first step after the checkpoint, whose gradient no branch setting
+// but the data can change.
+std::string reading(const std::map<std::string, bool>& reproduced, const std::map<std::string, bool>& diverged,
+                    bool first_step) {
   auto has = [&](const std::string& b) { return reproduced.count(b) > 0; };
   auto did = [&](const std::string& b) { return has(b) && reproduced.at(b); };
   std::string m;
@@ -141,17 +145,30 @@ std::string reading(const std::map<std::string, bool>& reproduced) {
            "the checkpoint differed (nondeterministic kernels, a different thread count or machine), or the spike "
            "was marginal for the detector.\n";
   if (did("identical")) m += "- The identical branch reproduced it: the spike follows from the checkpoint, the batches and the settings.\n";
+  size_t changed = 0, gone = 0;
+  for (const auto& [name, again] : reproduced)
+    if (name != "identical") ++changed, gone += !again;
+  if (did("identical") && changed >= 3 && gone == changed)
+    m += "- Every change removed it, down to rounding: the spike belongs to this exact trajectory, as PaLM found "
+         "of its spikes, and no single branch below names its cause. Read each line with that in mind.\n";
   if (has("skip")) {
     if (did("skip"))
       m += "- Skipping the batches from the checkpoint through the spike did not remove it: its cause was already in "
            "the state at the checkpoint (weights or optimizer moments), not in those batches.\n";
     else
       m += "- Skipping the batches from the checkpoint through the spike removed it: the data caused it.\n";
+    if (!did("skip") && diverged.count("skip") && diverged.at("skip"))
+      m += "- But the skip branch diverged all the same: the spike was one symptom of a run that was going to "
+           "diverge, not the cause of its divergence.\n";
   }
   if (has("reorder"))
     m += did("reorder") ? "- Another data order spiked too: with the skip branch, a sign that the state at the checkpoint "
                           "would have spiked on other data as well.\n"
                         : "- Another data order did not spike.\n";
+  if (first_step && (has("lr_half") || has("precision")))
+    m += "- The spike is at the first step after the checkpoint, whose gradient comes from the checkpoint's weights "
+         "and its batch alone: halving the LR cannot change it, and higher precision only by rounding. Replay "
+         "from an earlier checkpoint (--from) to test them.\n";
   if (has("lr_half"))
     m += did("lr_half") ? "- Half the learning rate still spiked.\n" : "- Half the learning rate did not spike.\n";
   if (has("precision"))
@@ -203,11 +220,15 @@ int run_replay(const ReplayOptions& o) {
   std::string from_dir, steps_on_disk;
   for (const auto& [step, dir] : store.list_valid(VerifyLevel::sizes)) {
     steps_on_disk += (steps_on_disk.empty() ? "" : ", ") + std::to_string(step);
-    if (step < o.step && step > from) {
+    if (o.from >= 0 ? step == o.from : step < o.step && step > from) {
       from = step;
       from_dir = dir;
     }
   }
+  if (o.from >= 0 && (from < 0 || o.from >= o.step))
+    throw RunDirError(strf("--from %lld: %s has no valid checkpoint of that step before step %lld (checkpoints at: %s)",
+                           static_cast<long long>(o.from), run_dir.c_str(), static_cast<long long>(o.step),
+                           steps_on_disk.empty() ? "none" : steps_on_disk.c_str()));
   if (from < 0)
     throw RunDirError(strf("no valid checkpoint of %s before step %lld (checkpoints at: %s); a replay forks from one, so "
                            "train with checkpoint.every below the spike's step (and checkpoint.keep_last or keep_every "
@@ -247,7 +268,7 @@ int run_replay(const ReplayOptions& o) {
   nlohmann::json losses = {{"original", nlohmann::json::object()}};
   for (const auto& [s, l] : losses_between(run_dir, from + 1, last)) losses["original"][std::to_string(s)] = l;
   int code = exit_code::ok;
-  std::map<std::string, bool> reproduced;
+  std::map<std::string, bool> reproduced, diverged;
   std::string rows;
   for (size_t i = 0; i < branches.size(); ++i) {
     const ReplayBranch& b = branches[i];
@@ -301,6 +322,7 @@ int run_replay(const ReplayOptions& o) {
     const nlohmann::json summary = path_exists(dir + "/summary.json") ? read_summary_json(dir + "/summary.json")
                                                                       : nlohmann::json::object();
     const std::string stopped = summary.value("stopped_by", std::string("?"));
+    diverged[b.name] = summary.value("diverged", false);
     rec.update({{"reproduced", again}, {"spikes", spikes}, {"loss_at_step", at_spike}, {"max_loss", max_loss},
                 {"stopped_by", stopped}});
     result["branches"].push_back(rec);
@@ -323,13 +345,13 @@ int run_replay(const ReplayOptions& o) {
         " past the spike) with the run's spike detector, restored from the checkpoint, and `monitor.on_spike: none`. "
         "A branch reproduces the spike when that detector flags " + comma_list(signals) + " after step " +
         std::to_string(from) + ". Command: `keel replay " + run_dir + " --step " + std::to_string(o.step) + " --steps " +
-        std::to_string(o.steps) + "`.\n\n";
+        std::to_string(o.steps) + (o.from >= 0 ? " --from " + std::to_string(o.from) : std::string()) + "`.\n\n";
   md += "The run itself: " + spike_text(result["original_spikes"].get<std::vector<nlohmann::json>>()) +
         "; loss at step " + std::to_string(o.step) + ": " +
         md_cell(original_losses.count(o.step) ? original_losses.at(o.step) : NAN) + ".\n\n";
   md += "| branch | what it changes | spike again | spikes after the checkpoint | loss at step " +
         std::to_string(o.step) + " | largest loss | stopped by |\n|---|---|---|---|---|---|---|\n" + rows + "\n";
-  md += "## Reading\n\n" + reading(reproduced) + "\n";
+  md += "## Reading\n\n" + reading(reproduced, diverged, o.step == from + 1) + "\n";
   md += "A loss is the training loss logged at that step (every `train.log_every` steps); a branch that diverged stops "
         "there (`monitor.stop_on_divergence`).\n";
   if (!plots.empty()) md += "\n![replay](plots/replay.png)\n";

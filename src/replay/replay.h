@@ -33,6 +33,7 @@ struct ReplayOptions {
   std::string run_dir;
   int64_t step = 0;           // N: the spike's step
   int64_t steps = 20;         // K: branches run to N + K
+  int64_t from = -1;          // the checkpoint to fork from; -1 = the newest before N
   std::vector<std::string> branches;  // empty: all that apply
   int64_t skip_batches = 0;   // skip branch: batches skipped after the checkpoint; 0 = through step N
   int threads = 0;            // per branch; 0 = all cores (branches run one after another)

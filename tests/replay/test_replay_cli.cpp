@@ -103,7 +103,8 @@ TEST_F(ReplayCli, AnOptimizerStateSpikeComesBackInBothBranches) {
   const std::string spikes = read_file(run + "/spikes.jsonl");
   ASSERT_NE(spikes.find("\"step\":22"), std::string::npos) << spikes;
   std::string log;
-  ASSERT_EQ(run_keel("replay " + run + " --step 22 --steps 2 --branches identical,skip --no-plots", &log), 0) << log;
+  ASSERT_EQ(run_keel("replay " + run + " --step 22 --steps 2 --branches identical,skip --from 20 --no-plots", &log), 0)
+      << log;
   const auto replay = read_json(run + "/branches/replay-22/replay.json");
   ASSERT_EQ(replay["branches"].size(), 2u);
   EXPECT_TRUE(branch(replay, "identical")["reproduced"].get<bool>()) << replay.dump(1);
@@ -123,6 +124,9 @@ TEST_F(ReplayCli, BadInputExitsTwoNamingWhatIsWrong) {
   EXPECT_EQ(run_keel("replay " + run + " --step 5", &log), 2);  // the first checkpoint is step 10's
   EXPECT_NE(log.find("no valid checkpoint of " + run + " before step 5 (checkpoints at: 10, 20, 30, 40)"),
             std::string::npos) << log;
+  EXPECT_EQ(run_keel("replay " + run + " --step 25 --from 15", &log), 2);
+  EXPECT_NE(log.find("--from 15: " + run + " has no valid checkpoint of that step before step 25"), std::string::npos)
+      << log;
   EXPECT_EQ(run_keel("replay " + run + " --step 99", &log), 2);
   EXPECT_NE(log.find("past the run's train.max_steps (40)"), std::string::npos) << log;
   EXPECT_EQ(run_keel("replay " + run + " --step 25 --branches identical,sideways", &log), 2);
