@@ -82,25 +82,13 @@ std::vector<ReplayBranch> replay_branches(const Config& run, int64_t from, int64
 
 namespace {
 
-// The JSON records of a run log (checked by check_run_logs: bounded).
-std::vector<nlohmann::json> records(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  if (!path_exists(path)) return out;
-  std::istringstream in(read_small_file(path, kMaxRunLogBytes));
-  for (std::string line; std::getline(in, line);) {
-    auto rec = nlohmann::json::parse(line, nullptr, false);
-    if (!rec.is_discarded() && rec.is_object() && rec.contains("step") && rec["step"].is_number_integer()) out.push_back(rec);
-  }
-  return out;
-}
-
 // step -> training loss, for steps in [first, last].
 std::map<int64_t, double> losses_between(const std::string& run_dir, int64_t first, int64_t last) {
   std::map<int64_t, double> out;
-  for (const auto& r : records(run_dir + "/metrics.jsonl")) {
+  for_each_log_record(run_dir + "/metrics.jsonl", [&](const nlohmann::json& r) {
     const int64_t s = json_int<int64_t>(r["step"]);
     if (s >= first && s <= last && r.contains("loss")) out[s] = r["loss"].is_number() ? r["loss"].get<double>() : NAN;
-  }
+  });
   return out;
 }
 
@@ -181,10 +169,10 @@ std::string reading(const std::map<std::string, bool>& reproduced, const std::ma
 
 std::vector<nlohmann::json> spikes_between(const std::string& run_dir, int64_t first, int64_t last) {
   std::vector<nlohmann::json> out;
-  for (const auto& r : records(run_dir + "/spikes.jsonl")) {
+  for_each_log_record(run_dir + "/spikes.jsonl", [&](const nlohmann::json& r) {
     const int64_t s = json_int<int64_t>(r["step"]);
     if (s >= first && s <= last) out.push_back(r);
-  }
+  });
   return out;
 }
 

@@ -26,6 +26,10 @@ bool manifest_search(const nlohmann::json& manifest, EdgeSearchSpec* spec) {
          (spec->criterion == "loss_divergence" || spec->criterion == "logit_instability");
 }
 
+bool meets_edge_criterion(const PointRow& row, const std::string& criterion) {
+  return criterion == "logit_instability" ? row.logit_unstable : row.loss_diverged(row.uniform_loss());
+}
+
 namespace {
 
 double geometric_mean(const std::vector<double>& v) {
@@ -77,8 +81,7 @@ std::vector<EdgeGroupRow> edge_groups(const nlohmann::json& manifest, const Edge
     }
     if (group.empty()) group = "all";
     const PointRow& r = *row->second;
-    const double l0 = r.vocab_size > 1 ? std::log(static_cast<double>(r.vocab_size)) : r.initial_loss;
-    const bool unstable = spec.criterion == "logit_instability" ? r.logit_unstable : r.loss_diverged(l0);
+    const bool unstable = meets_edge_criterion(r, spec.criterion);
     if (!probes.count(group)) order.push_back(group);
     probes[group][r.seed].push_back({value, unstable});
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "sweep/edge_report.h"
 #include "sweep/sweep_manifest.h"
 #include "sweep/sweep_report.h"
 #include "train/run_dir.h"
@@ -31,10 +32,9 @@ double GridSource::remaining_steps() const {
 
 bool run_meets_criterion(const std::string& run_dir, const std::string& criterion, int64_t vocab_size) {
   PointRow row;
+  row.vocab_size = vocab_size;  // from the point's config, as the report takes it
   read_run_summary(run_dir, row);
-  if (criterion == "logit_instability") return row.logit_unstable;
-  const double l0 = vocab_size > 1 ? std::log(static_cast<double>(vocab_size)) : row.initial_loss;
-  return row.loss_diverged(l0);
+  return meets_edge_criterion(row, criterion);
 }
 
 namespace {

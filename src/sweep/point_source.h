@@ -50,10 +50,8 @@ class GridSource : public PointSource {
   size_t next_ = 0;
 };
 
-// Whether a finished run met the search's criterion: loss_divergence as
-// the report counts it (diverged, non-finite, or a final loss at or above
-// ln(vocab)), logit_instability when its layer-0 attention logit passed
-// monitor.diverge_attn_logit. Throws RunDirError for a damaged summary.json.
+// meets_edge_criterion (edge_report.h) of RUN_DIR/summary.json. Throws
+// RunDirError for a damaged summary.json.
 bool run_meets_criterion(const std::string& run_dir, const std::string& criterion, int64_t vocab_size);
 
 // The edge search of every group: each group's next values become points

@@ -21,14 +21,9 @@ std::string loss_and_ppl(double loss) {
 
 // Fills what summary.json would hold from the records written so far.
 void read_metrics_so_far(const std::string& run_dir, PointRow& r) {
-  const std::string path = run_dir + "/metrics.jsonl";
-  if (!path_exists(path)) return;
-  std::istringstream in(read_small_file(path, 1ull << 30));
   double tok_sum = 0;
   int64_t tok_n = 0;
-  for (std::string line; std::getline(in, line);) {
-    const auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer()) continue;  // a line being written
+  for_each_log_record(run_dir + "/metrics.jsonl", [&](const nlohmann::json& rec) {
     r.steps = json_int<int64_t>(rec["step"]);
     if (rec.contains("loss") && rec["loss"].is_number()) {
       r.final_loss = rec["loss"].get<double>();
@@ -55,7 +50,7 @@ void read_metrics_so_far(const std::string& run_dir, PointRow& r) {
       }
     }
     if (rec.contains("elapsed_s") && rec["elapsed_s"].is_number()) r.time_s = rec["elapsed_s"].get<double>();
-  }
+  });
   if (tok_n > 0) r.tokens_per_s = tok_sum / static_cast<double>(tok_n);
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 
 #include "sweep/edge_report.h"
@@ -178,6 +179,15 @@ int draw_plots(const std::string& script_name, const std::vector<std::string>& a
   return code;
 }
 
+void for_each_log_record(const std::string& path, const std::function<void(const nlohmann::json&)>& record) {
+  if (!path_exists(path)) return;
+  std::istringstream in(read_small_file(path, kMaxRunLogBytes));
+  for (std::string line; std::getline(in, line);) {
+    const auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (rec.is_object() && rec.contains("step") && rec["step"].is_number_integer()) record(rec);
+  }
+}
+
 std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann::json& manifest) {
   std::vector<PointRow> rows;
   const ManifestIndex index(manifest);
@@ -273,11 +283,7 @@ std::vector<VariantRow> summarize_variants(const std::vector<PointRow>& rows) {
     ++v.points;
     if (!r.finished()) continue;
     ++v.finished;
-    // l0 = ln(vocab): the loss of the uniform prediction a freshly initialised
-    // model makes, the same for every variant (the first logged loss is an
-    // average over the first steps, and at a high LR it has already moved).
-    // Only without a vocabulary size does the first logged loss stand in.
-    const double l0 = r.vocab_size > 1 ? std::log(static_cast<double>(r.vocab_size)) : r.initial_loss;
+    const double l0 = r.uniform_loss();
     if (std::isfinite(l0)) v.init_loss = std::isfinite(v.init_loss) ? std::max(v.init_loss, l0) : l0;
     results[r.variant].push_back({r.lr, r.result_loss(), r.diverged});
   }

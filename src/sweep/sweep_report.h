@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,11 @@ struct PointRow {
   bool finished() const {
     return status == "completed" || status == "diverged" || status == "nonfinite" || status == "logit_unstable";
   }
+  // l0 = ln(vocab): the loss of the uniform prediction a freshly initialised
+  // model makes, the same for every variant (the first logged loss is an
+  // average over the first steps, and at a high LR it has already moved).
+  // Only without a vocabulary size does the first logged loss stand in.
+  double uniform_loss() const { return vocab_size > 1 ? std::log(static_cast<double>(vocab_size)) : initial_loss; }
   // The loss the LR sensitivity uses: final validation loss, else final training loss.
   double result_loss() const { return std::isfinite(final_val_loss) ? final_val_loss : final_loss; }
   // What the LR sensitivity counts as diverged: the loss diverged, or the
@@ -90,6 +96,13 @@ constexpr size_t kMaxRunLogLine = size_t{1} << 20;
 // one torn by a crash, or the line a live run is writing; every reader skips
 // it. Throws RunDirError naming file:line.
 void check_run_logs(const std::string& run_dir);
+// Calls `record` for every line of a run log (metrics.jsonl, spikes.jsonl)
+// that is a JSON object with a whole "step", in file order; other lines (one
+// torn by a crash, the one a live run is writing) are skipped. At most
+// kMaxRunLogBytes are read (check_run_logs names a larger file); a missing
+// file has no records.
+void for_each_log_record(const std::string& path, const std::function<void(const nlohmann::json&)>& record);
+
 // Groups finished rows by variant (in first-seen order) and computes each
 // one's LR sensitivity. l0, the loss at initialization, is ln(vocab_size):
 // the loss of a uniform prediction, which is what a freshly initialized model

@@ -41,12 +41,8 @@ RunSignals read_run_signals(const std::string& run_dir, const std::string& name,
   out.run = name;
   out.event_step = event_step;
   std::map<std::string, std::vector<std::pair<int64_t, double>>> series;
-  const std::string path = run_dir + "/metrics.jsonl";
-  if (!path_exists(path)) return out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    const auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer() || rec.contains("stop")) continue;
+  for_each_log_record(run_dir + "/metrics.jsonl", [&](const nlohmann::json& rec) {
+    if (rec.contains("stop")) return;
     const int64_t step = rec["step"].get<int64_t>();
     auto add = [&](const std::string& signal, double v) {
       if (std::isfinite(v)) series[signal].emplace_back(step, v);
@@ -80,7 +76,7 @@ RunSignals read_run_signals(const std::string& run_dir, const std::string& name,
       if (n > 0) add("v_below_eps_mean", sum / n);
     }
     if (rec.contains("activations")) add("activation_max_abs", max_over(rec["activations"], "max_abs"));
-  }
+  });
   for (auto& [signal, points] : series) out.signals.emplace_back(signal, std::move(points));
   return out;
 }
