@@ -4,8 +4,10 @@
 # normal build) and runs them: an out-of-bounds read or undefined behaviour
 # that a hostile file triggers fails here even where it would not crash.
 # scripts/test.sh calls it after the normal build, whose LibTorch code
-# (libkeel_core.a, uninstrumented) and binary it reuses: instrumented are
-# keel_base (every text, JSON, YAML, shard, tokenizer and sweep reader), the
+# (libkeel_core.a, uninstrumented), binary and the keel_base files these
+# programs never link (the sweep runner and reports, replay: see
+# KEEL_BASE_UNSANITIZED) it reuses: instrumented are the rest of keel_base
+# (every text, JSON, YAML, shard, tokenizer and sweep-spec reader), the
 # tensor files that read files (safetensors, checkpoint state; see
 # KEEL_TENSOR_READERS in cmake/keel_sources.cmake) and the test programs.
 # Without a normal build it instruments everything (slower). It builds only
@@ -17,7 +19,7 @@ tests=(test_fuzz test_corpus_reader test_bpe_tokenizer test_safetensors test_che
 say() { echo "[sanitize] $*"; }
 main=$(realpath -m "${KEEL_BUILD_DIR:-build}")
 reuse=()
-if [ -f "$main/libkeel_core.a" ] && [ -x "$main/keel" ]; then
+if [ -f "$main/libkeel_core.a" ] && [ -f "$main/libkeel_base.a" ] && [ -x "$main/keel" ]; then
   reuse=(-DKEEL_REUSE_CORE="$main")
 fi
 # The normal build's compiler (Clang where scripts/setup.sh found it): its
@@ -30,7 +32,7 @@ if [ ! -f "$dir/build.ninja" ]; then
   mkdir -p "$dir"
   # shellcheck disable=SC2086
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
-    -DKEEL_SANITIZE=address,undefined -DKEEL_PARQUET=OFF "${reuse[@]}" "${compiler[@]}" ${CMAKE_ARGS:-} > "$dir/configure.log" 2>&1 ||
+    -DKEEL_SANITIZE=address,undefined -DKEEL_PARQUET=OFF -DKEEL_TEST_OPT= "${reuse[@]}" "${compiler[@]}" ${CMAKE_ARGS:-} > "$dir/configure.log" 2>&1 ||
     { cat "$dir/configure.log"; exit 1; }
 fi
 start=$(date +%s)
@@ -42,26 +44,46 @@ say "built in $(( $(date +%s) - start )) s"
 # libraries (LibTorch) resize the same std::vector.
 export ASAN_OPTIONS=detect_leaks=0:detect_container_overflow=0:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-# Each program is run as ${shards} gtest shards at once (GTEST_TOTAL_SHARDS):
-# the fuzzer, two minutes under ASan on one core, takes half that on two.
+# The fuzzer's cases take 1-40 s each under ASan: they run one process per
+# case, $(nproc) at a time, taking the next case as a core frees (static
+# gtest shards put its two longest on one core: 92 s on two cores where the
+# cases sum to 123 s). The other programs' cases take milliseconds: each
+# program runs as ${shards} gtest shards at once (GTEST_TOTAL_SHARDS).
 shards=${KEEL_SANITIZE_SHARDS:-$(nproc)}
+per_case=(test_fuzz)
 failed=0
 for t in "${tests[@]}"; do
   start=$(date +%s)
-  pids=()
-  for ((i = 0; i < shards; i++)); do
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$dir/tests/$t" --gtest_brief=1 > "$dir/$t.$i.log" 2>&1 &
-    pids+=($!)
-  done
+  rm -f "$dir/$t".*.log
   ok=1
-  for ((i = 0; i < shards; i++)); do
-    wait "${pids[$i]}" || ok=0
-  done
-  if [ "$ok" = 1 ]; then
-    say "$t: passed ($(( $(date +%s) - start )) s, $shards shards)"
+  # A failing process appends "[sanitize] exit N" to its log, so that only
+  # the failing logs are printed below.
+  if [[ " ${per_case[*]} " == *" $t "* ]]; then
+    cases=$("$dir/tests/$t" --gtest_list_tests | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }')
+    n=$(echo "$cases" | wc -l)
+    echo "$cases" | xargs -P "$shards" -I{} sh -c \
+      '"$1" --gtest_brief=1 --gtest_filter="$2" > "$3.$2.log" 2>&1 || { echo "[sanitize] exit $?" >> "$3.$2.log"; exit 1; }' \
+      _ "$dir/tests/$t" {} "$dir/$t" || ok=0
+    how="$n cases, $shards at a time"
   else
-    say "$t: FAILED; its output:"
-    for ((i = 0; i < shards; i++)); do tail -n 60 "$dir/$t.$i.log"; done
+    pids=()
+    for ((i = 0; i < shards; i++)); do
+      (GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$dir/tests/$t" --gtest_brief=1 > "$dir/$t.$i.log" 2>&1 ||
+        { echo "[sanitize] exit $?" >> "$dir/$t.$i.log"; exit 1; }) &
+      pids+=($!)
+    done
+    for ((i = 0; i < shards; i++)); do
+      wait "${pids[$i]}" || ok=0
+    done
+    how="$shards shards"
+  fi
+  if [ "$ok" = 1 ]; then
+    say "$t: passed ($(( $(date +%s) - start )) s, $how)"
+  else
+    say "$t: FAILED; the failing processes' output:"
+    for log in "$dir/$t".*.log; do
+      if grep -q '^\[sanitize\] exit' "$log"; then echo "--- $log"; tail -n 60 "$log"; fi
+    done
     failed=1
   fi
 done

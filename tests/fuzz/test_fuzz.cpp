@@ -6,10 +6,17 @@
 // error (keel::Error: exit 2 with the file named), never in a crash, a hang,
 // another exception type or an out-of-bounds read. Seeds are fixed, so a
 // failure reproduces; the counts are printed for the README.
+//
+// KEEL_FUZZ_FRACTION (0 < f <= 1, default 1) runs the first f of each count:
+// CTest runs a tenth (tests/CMakeLists.txt), because the test command runs
+// every mutant again under ASan and UBSan (scripts/sanitize.sh), which finds
+// everything the uninstrumented run would and more.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <random>
@@ -114,13 +121,22 @@ struct Tally {
   std::vector<std::string> foreign;  // exceptions that are not keel::Error
 };
 
-// Runs `read` on `count` mutants of `seeds`. An accepted input and a
+int scaled_count(int count) {
+  const char* env = std::getenv("KEEL_FUZZ_FRACTION");
+  if (!env || !*env) return count;
+  const double f = std::atof(env);
+  if (!(f > 0.0 && f <= 1.0)) ADD_FAILURE() << "KEEL_FUZZ_FRACTION=" << env << ": want 0 < f <= 1";
+  return std::max(1, static_cast<int>(count * std::clamp(f, 0.0, 1.0)));
+}
+
+// Runs `read` on `count` mutants of `seeds` (scaled by KEEL_FUZZ_FRACTION). An accepted input and a
 // keel::Error are fine; anything else is recorded (a crash ends the program).
 Tally fuzz(const std::string& format, const std::vector<std::string>& seeds, int count, uint64_t seed,
            const std::function<void(const std::string&)>& read) {
   Mutator mutate(seed);
   Tally t;
   for (const auto& s : seeds) read(s);  // the seeds themselves must be accepted
+  count = scaled_count(count);
   for (int i = 0; i < count; ++i) {
     const std::string input = mutate(seeds);
     ++t.tried;
