@@ -51,30 +51,21 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # program runs as ${shards} gtest shards at once (GTEST_TOTAL_SHARDS).
 shards=${KEEL_SANITIZE_SHARDS:-$(nproc)}
 per_case=(test_fuzz)
+# run_one LOG_PREFIX JOB COMMAND...: COMMAND's output into LOG_PREFIX.JOB.log;
+# a failure appends "[sanitize] exit N", so that only failing logs are shown.
+run_one='log="$1.$2.log"; shift 2; "$@" --gtest_brief=1 > "$log" 2>&1 || { echo "[sanitize] exit $?" >> "$log"; exit 1; }'
 failed=0
 for t in "${tests[@]}"; do
   start=$(date +%s)
   rm -f "$dir/$t".*.log
   ok=1
-  # A failing process appends "[sanitize] exit N" to its log, so that only
-  # the failing logs are printed below.
   if [[ " ${per_case[*]} " == *" $t "* ]]; then
     cases=$("$dir/tests/$t" --gtest_list_tests | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }')
-    n=$(echo "$cases" | wc -l)
-    echo "$cases" | xargs -P "$shards" -I{} sh -c \
-      '"$1" --gtest_brief=1 --gtest_filter="$2" > "$3.$2.log" 2>&1 || { echo "[sanitize] exit $?" >> "$3.$2.log"; exit 1; }' \
-      _ "$dir/tests/$t" {} "$dir/$t" || ok=0
-    how="$n cases, $shards at a time"
+    echo "$cases" | xargs -P "$shards" -I{} sh -c "$run_one" _ "$dir/$t" {} "$dir/tests/$t" --gtest_filter={} || ok=0
+    how="$(echo "$cases" | wc -l) cases, $shards at a time"
   else
-    pids=()
-    for ((i = 0; i < shards; i++)); do
-      (GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$dir/tests/$t" --gtest_brief=1 > "$dir/$t.$i.log" 2>&1 ||
-        { echo "[sanitize] exit $?" >> "$dir/$t.$i.log"; exit 1; }) &
-      pids+=($!)
-    done
-    for ((i = 0; i < shards; i++)); do
-      wait "${pids[$i]}" || ok=0
-    done
+    seq 0 $((shards - 1)) | xargs -P "$shards" -I{} sh -c "$run_one" _ "$dir/$t" {} \
+      env GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX={} "$dir/tests/$t" || ok=0
     how="$shards shards"
   fi
   if [ "$ok" = 1 ]; then
