@@ -11,6 +11,7 @@ set(KEEL_TENSOR_SOURCES
   src/data/loader.cpp
   src/distributed/grad_sync.cpp
   src/distributed/process_group.cpp
+  src/eval/task_evaluator.cpp
   src/interop/hf_export.cpp
   src/interop/hf_import.cpp
   src/model/attention.cpp
@@ -49,7 +50,7 @@ set(KEEL_TENSOR_SOURCES
   src/train/training_setup.cpp
 )
 # The command-line files that use LibTorch (keel_cli: the precompiled header for these only).
-set(KEEL_CLI_TENSOR_SOURCES src/cli/cmd_sample.cpp src/cli/cmd_smoke.cpp src/cli/cmd_params.cpp
+set(KEEL_CLI_TENSOR_SOURCES src/cli/cmd_sample.cpp src/cli/cmd_eval.cpp src/cli/cmd_smoke.cpp src/cli/cmd_params.cpp
     src/cli/cmd_coordcheck.cpp)
 # The tensor files that read files a user hands keel (safetensors, checkpoint
 # state): instrumented in the sanitizer build even where it reuses the rest

@@ -15,6 +15,7 @@ Schema make_schema(Config& c) {
   declare_monitor_keys(s, c.monitor);
   declare_checkpoint_keys(s, c.checkpoint);
   declare_dist_keys(s, c.dist);
+  declare_eval_keys(s, c.eval);
   declare_run_keys(s, c.run);
   return s;
 }
@@ -24,6 +25,7 @@ static void check_all(Config& config, Schema& schema, ConfigErrors& errors) {
   check_model(config.model, errors);
   check_train(config, errors);
   check_data(config, errors);
+  check_eval(config, errors);
 }
 
 static Config load_from_node(const YAML::Node* root, const std::string& source,

@@ -209,6 +209,17 @@ struct DistConfig {
   bool overlap = true;                     // launch bucket all-reduces from gradient hooks during backward
 };
 
+// Downstream tasks scored as lm-evaluation-harness scores them, and more
+// held-out sets, during training (src/eval/, docs/evaluation.md).
+struct EvalConfig {
+  std::vector<std::string> tasks;          // each "[name=]kind:path" or "builtin"
+  int64_t every = 0;                       // steps between task evaluations; 0 = train.eval_every
+  int64_t limit = 0;                       // the first N examples of each task; 0 = all
+  int64_t batch_size = 32;                 // requests (a context and one choice) per forward
+  int64_t builtin_examples = 250;          // examples of the builtin task
+  std::vector<std::string> sets;           // more prepared data directories, each scored like the val split
+};
+
 struct RunConfig {
   std::string name = "default";
   std::string out_dir = "runs";
@@ -224,6 +235,7 @@ struct Config {
   MonitorConfig monitor;
   CheckpointConfig checkpoint;
   DistConfig dist;
+  EvalConfig eval;
   RunConfig run;
 
   int64_t seq_len() const { return train.seq_len > 0 ? train.seq_len : model.max_seq_len; }
@@ -236,6 +248,7 @@ void declare_monitor_keys(Schema& s, MonitorConfig& m);
 void declare_checkpoint_keys(Schema& s, CheckpointConfig& c);
 void declare_dist_keys(Schema& s, DistConfig& d);
 void declare_run_keys(Schema& s, RunConfig& r);
+void declare_eval_keys(Schema& s, EvalConfig& e);
 
 // The base model of model.parametrization mup/completep: d_model =
 // mup.base_width, head_dim = mup.base_head_dim (n_heads and n_kv_heads scaled
@@ -247,6 +260,7 @@ ModelConfig base_model_config(const ModelConfig& m);
 void check_model(const ModelConfig& m, ConfigErrors& errors);
 void check_train(const Config& c, ConfigErrors& errors);
 void check_data(const Config& c, ConfigErrors& errors);
+void check_eval(const Config& c, ConfigErrors& errors);
 
 Schema make_schema(Config& config);
 // Defaults, then the file (if any), then the overrides, then validation.

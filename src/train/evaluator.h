@@ -1,6 +1,8 @@
 // Validation loss: train.eval_batches fixed batches of the validation split,
 // the same windows whatever the number of ranks. Owns its loader and the
-// best loss so far, which it saves in and restores from checkpoints.
+// best loss so far, which it saves in and restores from checkpoints. Also
+// the held-out sets of eval.sets, each scored the same way (as Paloma
+// reports a loss per domain).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -28,6 +30,9 @@ class Evaluator {
   // all-reduced. Updates last() and best().
   double evaluate(Transformer& model);
   double last() const { return last_; }
+  // eval.sets: {name: {"loss", "ppl"}} (name: the directory's base name), on every rank.
+  nlohmann::json evaluate_sets(Transformer& model);
+  const nlohmann::json& last_sets() const { return last_sets_; }
   double best() const { return best_; }
 
   void save_state(nlohmann::json& extra) const;
@@ -41,6 +46,15 @@ class Evaluator {
   bool enabled_ = false;
   std::unique_ptr<BatchLoader> loader_;  // null on ranks without a share
   double last_ = NAN, best_ = INFINITY;
+  struct HeldOutSet {
+    std::string name;
+    std::unique_ptr<BatchLoader> loader;  // null on ranks without a share
+  };
+  std::vector<HeldOutSet> sets_;
+  nlohmann::json last_sets_;
+
+  std::unique_ptr<BatchLoader> share(const std::string& dir, const std::string& split, int64_t seq_len) const;
+  double mean_loss(Transformer& model, const BatchLoader* loader, const char* what);
 };
 
 }  // namespace keel

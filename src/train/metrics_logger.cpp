@@ -50,17 +50,19 @@ MetricsLogger::Interval MetricsLogger::close_interval() {
 }
 
 void MetricsLogger::log(const StepPlan& plan, const Interval& in, const DeviceCounters::Values& c,
-                        const StepReport& r, std::optional<double> val_loss, const nlohmann::json& spike_score) {
-  write(plan, in, c, r, val_loss, spike_score, "");
+                        const StepReport& r, std::optional<double> val_loss, const nlohmann::json& spike_score,
+                        const nlohmann::json& evals) {
+  write(plan, in, c, evals, r, val_loss, spike_score, "");
   interval_start_ = Clock::now();  // evaluation and logging count toward neither interval
 }
 
 void MetricsLogger::log_stop(const StepPlan& plan, const DeviceCounters::Values& c, const StepReport& r,
                              const std::string& why) {
-  write(plan, open_interval(), c, r, std::nullopt, nlohmann::json(), why);
+  write(plan, open_interval(), c, nlohmann::json(), r, std::nullopt, nlohmann::json(), why);
 }
 
 void MetricsLogger::write(const StepPlan& plan, const Interval& in, const DeviceCounters::Values& c,
+                          const nlohmann::json& evals,
                           const StepReport& r, std::optional<double> val_loss, const nlohmann::json& spike_score,
                           const std::string& why) {
   const bool regular = why.empty();
@@ -123,6 +125,16 @@ void MetricsLogger::write(const StepPlan& plan, const Interval& in, const Device
     rec["spike_score_percent"] = spike_score;  // OLMo 2, so far
     val_text = strf(" | val %.4f (ppl %.1f)", *val_loss, std::exp(*val_loss));
   }
+  if (evals.is_object())
+    for (auto it = evals.begin(); it != evals.end(); ++it) rec[it.key()] = it.value();
+  // The first metric of each task on the progress line: "| builtin acc 0.412".
+  if (evals.contains("tasks"))
+    for (auto it = evals["tasks"].begin(); it != evals["tasks"].end(); ++it)
+      if (it.value().contains("acc") && it.value()["acc"].is_number())
+        val_text += strf(" | %s acc %.3f", it.key().c_str(), it.value()["acc"].get<double>());
+  if (evals.contains("sets"))
+    for (auto it = evals["sets"].begin(); it != evals["sets"].end(); ++it)
+      val_text += strf(" | %s %.4f", it.key().c_str(), it.value()["loss"].get<double>());
   run_.append_metrics(rec);
   const std::string comm_text = world_ > 1 ? strf(" (comm wait %.1f)", comm_ms) : "";
   const std::string stop_text = regular ? "" : " | stop (" + why + ")";

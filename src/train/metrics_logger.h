@@ -55,9 +55,12 @@ class MetricsLogger {
     double seconds = 0, loader_wait_ms = 0, comm_wait_ms = 0;
   };
   Interval close_interval();
-  // The record of step plan.step; `val_loss` and `spike_score` on eval steps.
+  // The record of step plan.step; `val_loss` and `spike_score` on eval steps;
+  // `evals` ({"tasks": {name: metrics}, "sets": {name: {loss, ppl}}}) on task
+  // and held-out-set evaluation steps, its keys added to the record.
   void log(const StepPlan& plan, const Interval& interval, const DeviceCounters::Values& counters,
-           const StepReport& report, std::optional<double> val_loss, const nlohmann::json& spike_score);
+           const StepReport& report, std::optional<double> val_loss, const nlohmann::json& spike_score,
+           const nlohmann::json& evals = nlohmann::json());
   // A clean stop between records (`why`: "signal" | "stop_after_step"): a
   // record of its own, marked {"stop": why}, over the steps since the
   // previous record. It leaves the interval open (its sums, step count and
@@ -101,6 +104,7 @@ class MetricsLogger {
   Interval open_interval() const;
   // The record and progress line of a regular record (why empty) or a stop record.
   void write(const StepPlan& plan, const Interval& interval, const DeviceCounters::Values& counters,
+             const nlohmann::json& evals,
              const StepReport& report, std::optional<double> val_loss, const nlohmann::json& spike_score,
              const std::string& why);
 };

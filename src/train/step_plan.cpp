@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "config/eval_config.h"
+
 namespace keel {
 
 namespace {
@@ -14,8 +16,9 @@ StepPlan plan_step(const Config& cfg, int64_t index, bool cpu, bool has_val) {
   p.step = index + 1;
   p.last = p.step == cfg.train.max_steps;
   p.eval = has_val && (p.last || every(p.step, cfg.train.eval_every));
+  p.tasks = (!cfg.eval.tasks.empty() || !cfg.eval.sets.empty()) && (p.last || every(p.step, task_eval_every(cfg)));
   p.monitor = every(p.step, cfg.monitor.every);
-  p.log = every(p.step, cfg.train.log_every) || p.last || p.eval || p.monitor;
+  p.log = every(p.step, cfg.train.log_every) || p.last || p.eval || p.tasks || p.monitor;
   p.checkpoint = every(p.step, cfg.checkpoint.every) || (p.last && cfg.checkpoint.at_end);
   // On CUDA reading a device value is a sync: only where the host stops anyway.
   p.host_sync = cpu || every(p.step, cfg.train.log_every) || p.last;

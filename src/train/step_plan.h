@@ -14,6 +14,7 @@ struct StepPlan {
   bool last = false;          // the run's final step (train.max_steps)
   bool log = false;           // write a metrics record and a progress line
   bool eval = false;          // validation loss, in the record
+  bool tasks = false;         // downstream tasks and eval.sets (eval.every, and the last step), in the record
   bool monitor = false;       // attention and output-logit statistics (monitor.every), in the record
   bool checkpoint = false;    // periodic save (checkpoint.every), or the last step with checkpoint.at_end
   bool host_sync = false;     // read the device counters: non-finite steps, the stop vote

@@ -12,6 +12,8 @@
 
 #include "data/manifest.h"
 #include "data/prepare.h"
+#include "data/tokenizer.h"
+#include "eval/builtin_task.h"
 #include "distributed/dist_env.h"
 #include "train/init_from.h"
 #include "model/parametrization.h"
@@ -163,6 +165,7 @@ void Trainer::setup() {
     evaluator_ = std::make_unique<Evaluator>(cfg_, data, geometry_, *dist_, compute_);
     if (!evaluator_->enabled())
       run_->log->warn("no validation split in " + cfg_.data.dir + " (data.val_fraction = 0?): evaluation is off");
+    if (!cfg_.eval.tasks.empty()) setup_tasks(data);
     parts_ = build_training_parts(cfg_, compute_, geometry_);
     if (cfg_.data.document_mask) parts_.model->set_documents({data.tokenizer.eos_id, cfg_.data.resets_positions()});
     // Batches in page-locked memory: their copies to the GPU do not block the host.
@@ -494,7 +497,51 @@ void Trainer::log_step(const StepPlan& plan, const StepReport& report) {
     val_loss = evaluator_->evaluate(parts_.model);
     spike_score = stability_->summary()["spike_score_percent"];
   }
-  metrics_->log(plan, interval, counters, report, val_loss, spike_score);
+  nlohmann::json evals;
+  if (plan.tasks) evals = evaluate_tasks(plan);
+  metrics_->log(plan, interval, counters, report, val_loss, spike_score, evals);
+}
+
+// eval.tasks: read and tokenized before the first step, so a bad file stops
+// the run there; the builtin task is written to tasks/builtin.jsonl (the
+// generic format) for a look, or for lm-eval.
+void Trainer::setup_tasks(const DataManifest& data) {
+  const Tokenizer tok(tokenizer_path_);
+  auto tasks = load_eval_tasks(cfg_, data, tok);
+  for (const auto& t : tasks) {
+    size_t requests = 0;
+    for (const auto& d : t.docs) requests += d.requests.size();
+    run_->log->info(strf("task %s: %zu examples, %zu requests%s", t.spec.name.c_str(), t.docs.size(), requests,
+                         t.spec.path.empty() ? " (builtin: from the validation split, chance 0.25)"
+                                             : (" from " + t.spec.path).c_str()));
+    if (t.spec.kind == "builtin" && rank0()) {
+      ensure_directory(run_->file("tasks"));
+      write_file_atomic(run_->file("tasks/" + t.spec.name + ".jsonl"), task_to_jsonl(t));
+    }
+  }
+  tasks_ = std::make_unique<TaskEvaluator>(std::move(tasks), tok, cfg_.model.max_seq_len, cfg_.eval.batch_size,
+                                           dist_.get(), compute_);
+}
+
+// Downstream tasks and held-out sets, for the record; after the last step
+// also each example's log-likelihoods (tasks/<name>.scores.jsonl).
+nlohmann::json Trainer::evaluate_tasks(const StepPlan& plan) {
+  nlohmann::json evals = nlohmann::json::object();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (tasks_) {
+    tasks_->evaluate(parts_.model);
+    evals["tasks"] = tasks_->last();
+    if (plan.last && rank0()) {
+      ensure_directory(run_->file("tasks"));
+      for (size_t t = 0; t < tasks_->tasks().size(); ++t)
+        write_file_atomic(run_->file("tasks/" + tasks_->tasks()[t].spec.name + ".scores.jsonl"),
+                          tasks_->examples_jsonl(t));
+    }
+  }
+  if (!cfg_.eval.sets.empty()) evals["sets"] = evaluator_->evaluate_sets(parts_.model);
+  // Its cost, beside the training time it interrupts (docs/evaluation.md: under 10% at the shipped cadence).
+  evals["tasks_eval_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return evals;
 }
 
 // A record or a train.log line the disk refused (RunDir::append_record, the
@@ -548,6 +595,8 @@ void Trainer::write_summary(const std::string& stopped_by) {
                       {"spike_skipped_steps", spike_skips_},
                       {"rewinds", data_skips_.rewinds()},
                       {"data_skips", data_skips_.to_json()}};
+  if (tasks_ && !tasks_->last().is_null()) s["tasks"] = tasks_->last();
+  if (!evaluator_->last_sets().is_null()) s["sets"] = evaluator_->last_sets();
   s.update(stability_->summary());
   if (const Mixture* mix = train_data_->mixture()) {  // what each source actually gave this run
     const int64_t drawn = steps_done_ * geometry_.global_batch;

@@ -68,6 +68,7 @@ void Trainer::restore_checkpoint(const std::string& dir, bool branch, const std:
   // Each component restores its own part.
   const auto& extra = state.extra;
   evaluator_->load_state(extra);
+  if (tasks_) tasks_->load_state(extra);
   metrics_->load_state(extra);
   if (extra.contains("device_counters")) {  // absent in checkpoints of an older keel
     const auto& saved_counters = extra["device_counters"];
@@ -173,6 +174,7 @@ void Trainer::save_checkpoint(int64_t steps_done) {
                  {"world_size", dist_->world()},
                  {"device_counters", counters_->snapshot()}};  // sync point; the open logging interval's sums
   evaluator_->save_state(state.extra);
+  if (tasks_) tasks_->save_state(state.extra);
   metrics_->save_state(state.extra);
   data_skips_.save_state(state.extra);
   state.rng = gather_rng_states();

@@ -25,6 +25,7 @@
 #include "train/data_skips.h"
 #include "train/device_counters.h"
 #include "train/evaluator.h"
+#include "eval/task_evaluator.h"
 #include "train/metrics_logger.h"
 #include "train/run_dir.h"
 #include "train/step_plan.h"
@@ -62,6 +63,8 @@ class Trainer {
   // records move to branches/ (branch_off). Shared by resume and rewind.
   void restore_checkpoint(const std::string& dir, bool branch, const std::string& why);
   void log_step(const StepPlan& plan, const StepReport& report);
+  void setup_tasks(const DataManifest& data);
+  nlohmann::json evaluate_tasks(const StepPlan& plan);
   void write_summary(const std::string& stopped_by);  // throws write_failure() when a log lost a line
   [[noreturn]] void stop_on_write_failure(int64_t step);  // a full disk: checkpoint if it fits, summary, throw
   FileError write_failure() const;                      // RunDir::write_error() with its errno's exit code
@@ -105,6 +108,7 @@ class Trainer {
   TrainingParts parts_;                  // model, optimizer, step runner (shared with keel bench)
   std::unique_ptr<BatchLoader> train_data_;
   std::unique_ptr<Evaluator> evaluator_;
+  std::unique_ptr<TaskEvaluator> tasks_;  // eval.tasks; null without any
   std::unique_ptr<StabilityMonitor> stability_;
   std::unique_ptr<MetricsLogger> metrics_;
   std::unique_ptr<DeviceCounters> counters_;

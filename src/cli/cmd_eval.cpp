@@ -1,0 +1,137 @@
+// `keel eval CHECKPOINT --task KIND:FILE ...`: the downstream tasks of
+// eval.tasks on any checkpoint (a run's newest, an imported Hugging Face
+// model), scored exactly as during training. Under `keel launch` or torchrun
+// the examples are split over the ranks, with one rank's numbers.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <iostream>
+#include <memory>
+
+#include "checkpoint/checkpoint_resolve.h"
+#include "cli/commands.h"
+#include "config/config.h"
+#include "data/manifest.h"
+#include "distributed/dist_env.h"
+#include "eval/task_evaluator.h"
+#include "train/device.h"
+#include "train/train_state.h"
+#include "util/error.h"
+#include "util/hashing.h"
+#include "util/log.h"
+#include "util/fs.h"
+#include "util/text.h"
+
+namespace keel {
+
+namespace {
+
+struct EvalArgs {
+  std::string path, data_dir, out;
+  std::vector<std::string> tasks;
+  int64_t limit = -1, batch_size = 0, builtin_examples = 0;
+  bool force = false;
+};
+
+// "0.5280 ± 0.0316", or "-" where the task reports no such metric.
+std::string with_stderr(const nlohmann::json& m, const std::string& key) {
+  if (!m.contains(key) || !m[key].is_number()) return "-";
+  const std::string se = m.contains(key + "_stderr") && m[key + "_stderr"].is_number()
+                             ? strf(" ± %.4f", m[key + "_stderr"].get<double>())
+                             : "";
+  return strf("%.4f", m[key].get<double>()) + se;
+}
+
+int run_eval(const EvalArgs& a) {
+  std::vector<std::string> rejected;
+  const std::string dir = resolve_checkpoint_dir(a.path, &rejected);
+  for (const auto& r : rejected) std::cerr << "keel: skipping invalid checkpoint " << r << "\n";
+  Config cfg = checkpoint_config(dir);
+  if (!a.tasks.empty()) cfg.eval.tasks = a.tasks;
+  if (!a.data_dir.empty()) cfg.data.dir = a.data_dir;
+  if (a.limit >= 0) cfg.eval.limit = a.limit;
+  if (a.batch_size > 0) cfg.eval.batch_size = a.batch_size;
+  if (a.builtin_examples > 0) cfg.eval.builtin_examples = a.builtin_examples;
+  {
+    ConfigErrors errors;
+    if (cfg.eval.tasks.empty())
+      errors.add("--task", "no tasks: give --task builtin or --task KIND:FILE (the checkpoint's eval.tasks is empty)");
+    check_eval(cfg, errors);
+    if (!errors.empty()) throw ConfigError(errors);
+  }
+  if (!a.out.empty() && path_exists(a.out) && !a.force && !list_directory(a.out).empty())
+    throw FileError(a.out + " exists and is not empty: choose another --out, or --force to write into it", 2);
+
+  const DistEnv env = parse_dist_env(current_dist_environment());
+  const ComputeSetup compute = setup_compute(cfg.train, env.local_rank, env.local_world_size);
+  std::unique_ptr<Dist> dist = env.distributed()
+                                   ? std::make_unique<Dist>(env, resolve_backend(cfg.dist.backend, compute.device.is_cuda()),
+                                                            cfg.dist.timeout_s, compute.device, compute.device_key)
+                                   : std::make_unique<Dist>();
+  const std::string tokenizer_path = checkpoint_tokenizer(dir);
+  if (tokenizer_path.empty())
+    throw CheckpointError(dir + " holds no tokenizer.model or tokenizer.json: keel eval needs the tokenizer");
+  const Tokenizer tok(tokenizer_path);
+  bool builtin = false;
+  for (const auto& t : task_specs(cfg)) builtin = builtin || t.kind == "builtin";
+  const DataManifest data = builtin ? read_data_manifest(cfg.data.dir) : DataManifest{};
+  if (builtin && data.tokenizer.sha256 != sha256_file(tokenizer_path))
+    throw ConfigError([&] {
+      ConfigErrors e;
+      e.add("--data", cfg.data.dir + " was prepared with another tokenizer than " + dir + "'s: the builtin task "
+                      "would be made of other tokens");
+      return e;
+    }());
+
+  Transformer model(cfg.model);
+  load_training_checkpoint(dir, model, nullptr, nullptr);
+  model->to(compute.device, compute.fp64 ? torch::kFloat64 : torch::kFloat32);
+  TaskEvaluator ev(load_eval_tasks(cfg, data, tok), tok, cfg.model.max_seq_len, cfg.eval.batch_size, dist.get(),
+                   compute);
+  const auto t0 = std::chrono::steady_clock::now();
+  ev.evaluate(model);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (dist->rank() != 0) return 0;
+
+  std::cout << strf("%s: %s, %d rank(s), %.1f s\n", dir.c_str(), compute.device.str().c_str(), dist->world(), seconds);
+  std::cout << strf("%-16s %9s  %-18s %-18s %s\n", "task", "examples", "acc", "acc_norm", "perplexity");
+  for (const auto& [name, m] : ev.last().items())
+    std::cout << strf("%-16s %9lld  %-18s %-18s %s\n", name.c_str(), static_cast<long long>(m["examples"].get<int64_t>()),
+                      with_stderr(m, "acc").c_str(), with_stderr(m, "acc_norm").c_str(),
+                      m.contains("perplexity") && m["perplexity"].is_number()
+                          ? strf("%.3f", m["perplexity"].get<double>()).c_str()
+                          : "-");
+  if (!a.out.empty()) {
+    ensure_directory(a.out);
+    nlohmann::json results = {{"checkpoint", dir}, {"tasks", ev.last()}, {"world_size", dist->world()},
+                              {"seconds", seconds}};
+    write_file_atomic(a.out + "/results.json", results.dump(2) + "\n");
+    for (size_t t = 0; t < ev.tasks().size(); ++t)
+      write_file_atomic(a.out + "/" + ev.tasks()[t].spec.name + ".scores.jsonl", ev.examples_jsonl(t));
+    std::cout << "results in " << a.out << "/results.json, each example's log-likelihoods in "
+              << a.out << "/<task>.scores.jsonl\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_eval_command(CLI::App& app) {
+  auto a = std::make_shared<EvalArgs>();
+  auto* cmd = app.add_subcommand("eval", "score a checkpoint on downstream tasks as lm-evaluation-harness does "
+                                         "(docs/evaluation.md)");
+  cmd->add_option("checkpoint", a->path, "run directory (its newest checkpoint) or checkpoint directory")->required();
+  cmd->add_option("--task", a->tasks,
+                  "[name=]kind:file (kind: hellaswag, arc, piqa, winogrande, lambada, jsonl) or builtin; "
+                  "repeatable; default: the checkpoint's eval.tasks");
+  cmd->add_option("--limit", a->limit, "the first N examples of each task; 0 = all (default: eval.limit)");
+  cmd->add_option("--batch-size", a->batch_size, "requests per forward (default: eval.batch_size)");
+  cmd->add_option("--builtin-examples", a->builtin_examples, "examples of the builtin task (default: eval.builtin_examples)");
+  cmd->add_option("--data", a->data_dir, "the prepared data whose validation split makes the builtin task "
+                                         "(default: the checkpoint's data.dir)");
+  cmd->add_option("--out", a->out, "write results.json and each task's per-example log-likelihoods here");
+  cmd->add_flag("--force", a->force, "write into a non-empty --out");
+  return [cmd, a]() -> int { return *cmd ? run_eval(*a) : -1; };
+}
+
+}  // namespace keel

@@ -1,0 +1,115 @@
+// The task evaluator against the definition: each request's log-likelihood
+// equals a forward of that request alone, whatever the batch. (Two ranks
+// giving one rank's numbers exactly: tests/eval/test_eval_cli.cpp, with
+// processes; as threads of one process, the model's CPU kernels give NaNs
+// when two threads run forwards at once.)
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+
+#include "../data/test_data_util.h"
+#include "data/sources.h"
+#include "data/tokenizer_train.h"
+#include "eval/builtin_task.h"
+#include "eval/task_evaluator.h"
+#include "test_util.h"
+
+using namespace keel;
+using namespace keel_test;
+
+namespace {
+
+const Tokenizer& tok() {
+  static Tokenizer t = [] {
+    const std::string dir = make_temp_dir("evaltok");
+    write_text(dir + "/corpus.txt", join_documents(make_documents(300, 7)));
+    TokenizerTrainOptions o;
+    o.vocab_size = 400;
+    o.separator = "<|endoftext|>";
+    return Tokenizer::from_serialized(
+        train_tokenizer(sample_for_tokenizer(expand_sources({dir + "/corpus.txt"}), o), o, dir + "/corpus.txt"),
+        "test");
+  }();
+  return t;
+}
+
+ModelConfig tiny_model() {
+  ModelConfig m;
+  m.vocab_size = 400;
+  m.max_seq_len = 48;
+  m.d_model = 32;
+  m.n_layers = 2;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  return m;
+}
+
+// The builtin task over made-up documents, plus a jsonl-like task whose
+// requests are longer than the model's window (truncated) and of mixed lengths.
+std::vector<EvalTask> tasks() {
+  std::vector<EvalTask> out{builtin_task(make_documents(30, 5), 12)};
+  EvalTask t;
+  t.spec = {"long", "jsonl", "f"};
+  const auto docs = make_documents(6, 9);
+  for (size_t i = 0; i < docs.size(); ++i) {
+    EvalDoc d;
+    d.choices = {"the model learns", "loss falls slowly when rate is high", "a"};
+    for (const auto& c : d.choices) d.requests.push_back({docs[i], " " + c});
+    d.gold = static_cast<int64_t>(i % 3);
+    d.line = static_cast<int64_t>(i) + 1;
+    t.docs.push_back(d);
+  }
+  out.push_back(t);
+  return out;
+}
+
+// Each example's log-likelihoods as the evaluator wrote them.
+std::vector<std::vector<double>> lls_of(const TaskEvaluator& ev, size_t task) {
+  std::vector<std::vector<double>> out;
+  std::istringstream in(ev.examples_jsonl(task));
+  for (std::string line; std::getline(in, line);)
+    out.push_back(nlohmann::json::parse(line)["ll"].get<std::vector<double>>());
+  return out;
+}
+
+Transformer seeded_model() {
+  torch::manual_seed(3);
+  Transformer m(tiny_model());
+  return m;
+}
+
+}  // namespace
+
+TEST(TaskEvaluator, EachRequestScoresAsAForwardOfItAlone) {
+  torch::set_num_threads(1);
+  Transformer model = seeded_model();
+  TaskEvaluator ev(tasks(), tok(), tiny_model().max_seq_len, 5, nullptr, ComputeSetup{});
+  ev.evaluate(model);
+  torch::NoGradGuard no_grad;
+  int64_t checked = 0, truncated = 0;
+  for (size_t t = 0; t < ev.tasks().size(); ++t) {
+    const auto lls = lls_of(ev, t);
+    ASSERT_EQ(lls.size(), ev.tasks()[t].docs.size());
+    for (size_t e = 0; e < lls.size(); ++e)
+      for (size_t c = 0; c < lls[e].size(); ++c) {
+        const auto r = tokenize_request(tok(), ev.tasks()[t].docs[e].requests[c], tiny_model().max_seq_len, "t");
+        auto logits = model->forward(torch::tensor(r.input).unsqueeze(0)).squeeze(0);  // shape: [T, V]
+        auto logp = torch::log_softmax(logits.to(torch::kFloat64), -1);
+        const int64_t n = static_cast<int64_t>(r.input.size()), m = static_cast<int64_t>(r.target.size());
+        double want = 0;
+        for (int64_t j = 0; j < m; ++j) want += logp[n - m + j][r.target[static_cast<size_t>(j)]].item<double>();
+        EXPECT_NEAR(lls[e][c], want, 1e-4) << "task " << t << " example " << e << " choice " << c;
+        ++checked;
+        truncated += n == tiny_model().max_seq_len;
+      }
+  }
+  EXPECT_EQ(checked, 12 * 4 + 6 * 3);
+  EXPECT_GT(truncated, 0);  // the long task's contexts were cut to the window
+  // acc follows the log-likelihoods: the argmax of each example.
+  const auto lls = lls_of(ev, 0);
+  int64_t right = 0;
+  for (size_t e = 0; e < lls.size(); ++e)
+    right += std::max_element(lls[e].begin(), lls[e].end()) - lls[e].begin() == ev.tasks()[0].docs[e].gold;
+  EXPECT_DOUBLE_EQ(ev.last()["builtin"]["acc"].get<double>(), static_cast<double>(right) / 12);
+}
+
