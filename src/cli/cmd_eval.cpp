@@ -93,7 +93,11 @@ int run_eval(const EvalArgs& a) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (dist->rank() != 0) return 0;
 
-  std::cout << strf("%s: %s, %d rank(s), %.1f s\n", dir.c_str(), compute.device.str().c_str(), dist->world(), seconds);
+  int64_t examples = 0;
+  for (const auto& t : ev.tasks()) examples += static_cast<int64_t>(t.docs.size());
+  std::cout << strf("%s: %s, %d rank(s), %lld examples in %.1f s (%.0f examples/s)\n", dir.c_str(),
+                    compute.device.str().c_str(), dist->world(), static_cast<long long>(examples), seconds,
+                    static_cast<double>(examples) / seconds);
   std::cout << strf("%-16s %9s  %-18s %-18s %s\n", "task", "examples", "acc", "acc_norm", "perplexity");
   for (const auto& [name, m] : ev.last().items())
     std::cout << strf("%-16s %9lld  %-18s %-18s %s\n", name.c_str(), static_cast<long long>(m["examples"].get<int64_t>()),
@@ -104,7 +108,7 @@ int run_eval(const EvalArgs& a) {
   if (!a.out.empty()) {
     ensure_directory(a.out);
     nlohmann::json results = {{"checkpoint", dir}, {"tasks", ev.last()}, {"world_size", dist->world()},
-                              {"seconds", seconds}};
+                              {"seconds", seconds}, {"examples_per_s", static_cast<double>(examples) / seconds}};
     write_file_atomic(a.out + "/results.json", results.dump(2) + "\n");
     for (size_t t = 0; t < ev.tasks().size(); ++t)
       write_file_atomic(a.out + "/" + ev.tasks()[t].spec.name + ".scores.jsonl", ev.examples_jsonl(t));

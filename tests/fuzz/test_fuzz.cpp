@@ -28,6 +28,7 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "config/config.h"
+#include "eval/task_files.h"
 #include "data/corpus_reader.h"
 #include "data/manifest.h"
 #include "data/shard.h"
@@ -395,6 +396,28 @@ TEST(Fuzz, TokenizerJson) {
     auto ids = t.encode("the fuzzed  sentence's \xc3\xa9 and 12345 <|endoftext|>\n\n then");
     t.decode(ids);
   });
+}
+
+// Downstream task files (eval.tasks), each kind from a seed in its published format.
+TEST(Fuzz, TaskFiles) {
+  const std::string dir = dir_for("tasks");
+  const std::vector<std::pair<std::string, std::string>> kinds = {
+      {"hellaswag", R"({"activity_label": "Cooking", "ctx_a": "A man cuts.", "ctx_b": "then he", "endings": ["stirs [title] it.", "sleeps.", "a", "b"], "label": "1"})"},
+      {"arc", R"({"question": {"stem": "Which?", "choices": [{"text": "a", "label": "A"}, {"text": "b", "label": "B"}]}, "answerKey": "B"})"
+              "\n"
+              R"({"question": "Which?", "choices": {"text": ["a", "b"], "label": ["1", "2"]}, "answerKey": "1"})"},
+      {"piqa", R"({"goal": "Open it", "sol1": "twist", "sol2": "eat", "label": 0})"},
+      {"winogrande", R"({"sentence": "Anna helped Beth because _ was kind.", "option1": "Anna", "option2": "Beth", "answer": "1"})"},
+      {"lambada", R"({"text": "and then she closed the door"})"},
+      {"jsonl", R"({"context": "The cat", "choices": [" sat.", " flew."], "label": 0})"}};
+  uint64_t seed = 20;
+  for (const auto& [kind, line] : kinds) {
+    const std::string k = kind;
+    fuzz("task file " + k, {line + "\n" + line + "\n"}, 1500, seed++, [&](const std::string& text) {
+      keel_test::write_file(dir + "/" + k + ".jsonl", text);
+      read_task_file({k, k, dir + "/" + k + ".jsonl"}, 0);
+    });
+  }
 }
 
 TEST(Fuzz, HfConfigJson) {
