@@ -16,6 +16,8 @@ metrics.jsonl and spikes.jsonl; writes OUT_DIR/plots/:
                  ratio, over the model (solid) and over block 0 (dashed)
   adam_eps_share (monitor.param_stats) the mean share of Adam's second-moment
                  entries with sqrt(v_hat) under eps
+  tasks          (eval.tasks) each task's accuracy against tokens, one panel
+                 per task, the band +- its standard error
 """
 import json
 import math
@@ -36,6 +38,54 @@ def series(recs, value):
         if isinstance(v, (int, float)) and math.isfinite(v) and isinstance(r.get("step"), int):
             pts.append((r["step"], v))
     return tuple(zip(*pts)) if pts else ((), ())
+
+
+def finite(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def task_entries(rec):
+    """The {task name: metrics} of a record's "tasks", the entries that are objects."""
+    tasks = rec.get("tasks")
+    return {k: v for k, v in tasks.items() if isinstance(v, dict)} if isinstance(tasks, dict) else {}
+
+
+def task_series(recs, task):
+    """(tokens, acc, acc_stderr) at the records that scored `task`; stderr 0 where not recorded."""
+    pts = []
+    for r in recs:
+        t = task_entries(r).get(task, {})
+        if finite(r.get("tokens")) and finite(t.get("acc")):
+            pts.append((r["tokens"], t["acc"], t["acc_stderr"] if finite(t.get("acc_stderr")) else 0.0))
+    return tuple(zip(*pts)) if pts else ((), (), ())
+
+
+def task_plot(data, plots):
+    """One panel per task any run scored: accuracy per run, the band +- stderr. No file without one."""
+    names = sorted({name for _, recs, _ in data for r in recs for name in task_entries(r)})
+    curves = {name: [(label, f"C{i}", task_series(recs, name)) for i, (label, recs, _) in enumerate(data)]
+              for name in names}
+    names = [n for n in names if any(xs for _, _, (xs, _, _) in curves[n])]  # an accuracy to draw
+    if not names:
+        return
+    cols = min(len(names), 3)
+    rows = (len(names) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False, layout="constrained")
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for ax, name in zip(axes.flat, names):
+        for label, c, (xs, ys, es) in curves[name]:
+            if not xs:
+                continue
+            ax.plot(xs, ys, "o-", color=c, markersize=3, linewidth=1, label=label)
+            ax.fill_between(xs, [y - e for y, e in zip(ys, es)], [y + e for y, e in zip(ys, es)], color=c,
+                            alpha=0.2, linewidth=0)
+        ax.set_title(f"{name}: accuracy (band: ± stderr)")
+        ax.set_xlabel("tokens")
+        ax.set_ylabel("acc")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    save(fig, plots, "tasks")
 
 
 def main():
@@ -122,6 +172,7 @@ def main():
     if any(r.get("params") for _, recs, _ in data for r in recs):
         figure("update_ratio", "largest per-matrix update/weight ratio", "update / weight RMS", draw_update, logy=True)
         figure("adam_eps_share", "share of Adam's sqrt(v_hat) under eps (mean over tensors)", "share", draw_eps)
+    task_plot(data, plots)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,10 @@ void declare_eval_keys(Schema& s, EvalConfig& e) {
   n.min = 1;
   n.max = 100000;
   s.text_list("eval.sets", &e.sets,
-              "more prepared data directories (keel prepare, the same tokenizer): each one's validation split is "
-              "scored like data.dir's and logged as eval/<directory name>/loss and ppl");
+              "more held-out data, each a prepared data directory (keel prepare, the same tokenizer; its validation "
+              "split, or all of it without one) or sources as data.sources takes them (prepared under "
+              "data.dir/eval_sets/ with data.dir's tokenizer, held out whole); each scored like the validation "
+              "split and logged as sets/<base name>/loss and ppl");
 }
 
 const std::vector<std::string>& task_kinds() {

@@ -50,6 +50,7 @@ void read_metrics_so_far(const std::string& run_dir, PointRow& r) {
       }
     }
     if (rec.contains("elapsed_s") && rec["elapsed_s"].is_number()) r.time_s = rec["elapsed_s"].get<double>();
+    read_eval_results(rec, r);  // the last record with "tasks" / "sets" wins, as summary.json would hold it
   });
   if (tok_n > 0) r.tokens_per_s = tok_sum / static_cast<double>(tok_n);
 }
@@ -116,9 +117,11 @@ int compare_runs(const std::vector<std::string>& run_dirs, const CompareOptions&
     rows.push_back(r);
   }
 
+  const EvalColumns eval(rows);  // task accuracy and held-out set loss columns, only where a run has them
   std::string table =
       "| run | differs in | status | steps | final loss (ppl) | final val (ppl) | best val (ppl) | diverged | "
-      "spikes loss/grad | max L0 attn logit | tokens/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "spikes loss/grad | max L0 attn logit | tokens/s |" +
+      eval.md_header() + "\n|---|---|---|---|---|---|---|---|---|---|---|" + eval.md_rule() + "\n";
   for (const auto& r : rows)
     table += "| `" + r.name + "` | " + r.variant + " | " + r.status + " | " + std::to_string(r.steps) +
              (r.max_steps > 0 ? "/" + std::to_string(r.max_steps) : "") + " | " + loss_and_ppl(r.final_loss) + " | " +
@@ -126,7 +129,8 @@ int compare_runs(const std::vector<std::string>& run_dirs, const CompareOptions&
              (r.diverged ? "yes" + (r.diverged_step >= 0 ? " (step " + std::to_string(r.diverged_step) + ")" : "")
                          : "no") +
              " | " + std::to_string(r.loss_spikes) + "/" + std::to_string(r.grad_spikes) + " | " +
-             md_cell(r.max_attn_logit_l0, "%.1f") + " | " + md_cell(r.tokens_per_s, "%.0f") + " |\n";
+             md_cell(r.max_attn_logit_l0, "%.1f") + " | " + md_cell(r.tokens_per_s, "%.0f") + " |" + eval.md_cells(r) +
+             "\n";
   std::printf("%s", table.c_str());
   if (options.out_dir.empty()) return 0;
 
@@ -138,12 +142,15 @@ int compare_runs(const std::vector<std::string>& run_dirs, const CompareOptions&
   std::string note;
   const int code = options.plots ? draw_plots("scripts/plot_runs.py", {out}, out, options.python,
                                               {"loss", "val_loss", "attn_logit", "grad_norm", "output_logits",
-                                               "update_ratio", "adam_eps_share"},
+                                               "update_ratio", "adam_eps_share", "tasks"},
                                               &plots,
                                               &note)
                                  : 0;
   std::string md = "# Runs compared\n\n" + table + "\nPerplexity is exp(loss). A run without summary.json is read from "
                    "its metrics.jsonl so far (running: its lock is held).\n";
+  if (!eval.empty())
+    md += "\nTask columns: accuracy ± its standard error at the run's last task evaluation (`eval.tasks`); set "
+          "columns: the loss on each `eval.sets` data set then.\n";
   if (!note.empty()) md += "\n" + note + "\n";
   for (const auto& p : plots) md += "\n![" + p + "](plots/" + p + ".png)\n";
   write_file_atomic(out + "/compare.md", md);

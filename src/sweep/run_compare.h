@@ -1,6 +1,7 @@
 // `keel compare RUN_DIR... [--out DIR]`: two or three ad-hoc runs side by
 // side, as `keel report` shows a sweep. One table (final and best validation
-// loss and perplexity, divergence, spikes, layer-0 attention logit, tokens/s),
+// loss and perplexity, divergence, spikes, layer-0 attention logit, tokens/s,
+// and where runs have them each eval.tasks accuracy and eval.sets loss),
 // the config keys in which the runs differ (they label the runs), and the
 // curves drawn by scripts/plot_runs.py. Works on finished runs, on runs still
 // training (what metrics.jsonl holds so far) and on sweep points.
@@ -25,7 +26,8 @@ using ConfigValues = std::map<std::string, std::string>;
 ConfigValues resolved_values(const std::string& run_dir);
 
 // One run's row: from summary.json when the run has finished, else from its
-// metrics.jsonl so far ("running" while another process holds the run's lock).
+// metrics.jsonl so far ("running" while another process holds the run's lock;
+// task results from the last record that has them).
 PointRow read_run_row(const std::string& run_dir, const ConfigValues& config);
 
 // key -> value per run, for the keys whose resolved values are not all

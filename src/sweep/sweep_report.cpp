@@ -260,6 +260,21 @@ void read_run_summary(const std::string& run_dir, PointRow& r) {
     r.non_embedding_parameters = json_int_or<int64_t>(s, "non_embedding_parameters", int64_t{0});
     r.tokens_per_s = num(s, "tokens_per_s");
     r.time_s = num(s, "time_s");
+    read_eval_results(s, r);
+  }
+}
+
+void read_eval_results(const nlohmann::json& record, PointRow& r) {
+  if (record.contains("tasks") && record["tasks"].is_object()) {
+    r.tasks.clear();
+    for (auto it = record["tasks"].begin(); it != record["tasks"].end(); ++it)
+      if (it.value().is_object())
+        r.tasks[it.key()] = {num(it.value(), "acc"), num(it.value(), "acc_stderr"), num(it.value(), "acc_norm")};
+  }
+  if (record.contains("sets") && record["sets"].is_object()) {
+    r.set_losses.clear();
+    for (auto it = record["sets"].begin(); it != record["sets"].end(); ++it)
+      if (it.value().is_object()) r.set_losses[it.key()] = num(it.value(), "loss");  // null (non-finite): NaN, "-"
   }
 }
 
@@ -297,12 +312,90 @@ std::vector<VariantRow> summarize_variants(const std::vector<PointRow>& rows) {
   return out;
 }
 
+namespace {
+
+// A task or set name in a markdown cell: names come from config and from
+// directory names (a set's), and a "|" would split the cell.
+std::string md_name(const std::string& name) {
+  std::string out;
+  for (char c : name) out += c == '|' ? std::string("\\|") : c == '\n' || c == '\r' ? std::string(" ") : std::string(1, c);
+  return out;
+}
+
+// "0.528 ± 0.032"; the accuracy alone without a standard error; "-" without an accuracy.
+std::string acc_cell(const TaskResult& t) {
+  if (!std::isfinite(t.acc)) return "-";
+  return std::isfinite(t.acc_stderr) ? strf("%.3f ± %.3f", t.acc, t.acc_stderr) : strf("%.3f", t.acc);
+}
+
+}  // namespace
+
+EvalColumns::EvalColumns(const std::vector<PointRow>& rows) {
+  std::set<std::string> tasks, sets;
+  for (const auto& r : rows) {
+    for (const auto& [name, result] : r.tasks) tasks.insert(name);
+    for (const auto& [name, loss] : r.set_losses) sets.insert(name);
+  }
+  tasks_.assign(tasks.begin(), tasks.end());
+  sets_.assign(sets.begin(), sets.end());
+}
+
+std::string EvalColumns::md_header() const {
+  std::string out;
+  for (const auto& t : tasks_) out += " " + md_name(t) + " acc |";
+  for (const auto& s : sets_) out += " " + md_name(s) + " loss |";
+  return out;
+}
+
+std::string EvalColumns::md_rule() const {
+  std::string out;
+  for (size_t i = 0; i < tasks_.size() + sets_.size(); ++i) out += "---|";
+  return out;
+}
+
+std::string EvalColumns::md_cells(const PointRow& r) const {
+  std::string out;
+  for (const auto& t : tasks_) {
+    auto it = r.tasks.find(t);
+    out += " " + (it == r.tasks.end() ? std::string("-") : acc_cell(it->second)) + " |";
+  }
+  for (const auto& s : sets_) {
+    auto it = r.set_losses.find(s);
+    out += " " + md_cell(it == r.set_losses.end() ? NAN : it->second) + " |";
+  }
+  return out;
+}
+
+std::string EvalColumns::csv_header() const {
+  std::string out;
+  for (const auto& t : tasks_)
+    for (const char* metric : {"acc", "acc_stderr", "acc_norm"}) out += "," + csv_field("task_" + t + "_" + metric);
+  for (const auto& s : sets_) out += "," + csv_field("set_" + s + "_loss");
+  return out;
+}
+
+std::string EvalColumns::csv_fields(const PointRow& r) const {
+  std::string out;
+  for (const auto& t : tasks_) {
+    auto it = r.tasks.find(t);
+    const TaskResult result = it == r.tasks.end() ? TaskResult{} : it->second;
+    out += "," + fmt(result.acc, "%.6g") + "," + fmt(result.acc_stderr, "%.6g") + "," + fmt(result.acc_norm, "%.6g");
+  }
+  for (const auto& s : sets_) {
+    auto it = r.set_losses.find(s);
+    out += "," + fmt(it == r.set_losses.end() ? NAN : it->second, "%.6g");
+  }
+  return out;
+}
+
 std::string summary_csv(const std::vector<PointRow>& rows) {
+  const EvalColumns eval(rows);  // appended after the fixed columns, whose order readers rely on
   std::string out =
       "point,variant,lr,seed,status,steps,max_steps,final_loss,final_val_loss,best_val_loss,initial_loss,diverged,"
       "diverged_step,diverged_reason,spike_score_loss,spike_score_grad_norm,loss_spikes,grad_norm_spikes,"
       "max_attn_logit_l0,tokens_per_s,time_s,attn_logit_unstable,attn_logit_unstable_step,final_val_ppl,condition,size,"
-      "parameters,non_embedding_parameters,final_mean_log_z,final_max_output_logit\n";
+      "parameters,non_embedding_parameters,final_mean_log_z,final_max_output_logit" +
+      eval.csv_header() + "\n";
   for (const auto& r : rows) {
     out += csv_field(r.name) + "," + csv_field(r.variant) + "," + strf("%g", r.lr) + "," + std::to_string(r.seed) + "," +
            r.status + "," + std::to_string(r.steps) + "," + std::to_string(r.max_steps) + "," + fmt(r.final_loss, "%.6g") +
@@ -315,7 +408,7 @@ std::string summary_csv(const std::vector<PointRow>& rows) {
            (r.logit_unstable_step >= 0 ? std::to_string(r.logit_unstable_step) : "") + "," +
            fmt(std::exp(r.final_val_loss), "%.6g") + "," + csv_field(r.condition) + "," + csv_field(r.size) + "," +
            count_text(r.parameters) + "," + count_text(r.non_embedding_parameters) + "," +
-           fmt(r.final_mean_log_z, "%.6g") + "," + fmt(r.final_max_output_logit, "%.6g") + "\n";
+           fmt(r.final_mean_log_z, "%.6g") + "," + fmt(r.final_max_output_logit, "%.6g") + eval.csv_fields(r) + "\n";
   }
   return out;
 }
@@ -631,9 +724,10 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
   }
 
   m += "## Points\n\n";
+  const EvalColumns eval(rows);  // eval.tasks accuracy and eval.sets loss, where the points have them
   m += "| point | variant | LR | status | steps | final val loss (PPL) | best val loss | diverged (step: reason) | "
-       "logit-unstable (step) | spike score loss / grad % | max L0 attn logit | tokens/s |\n"
-       "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "logit-unstable (step) | spike score loss / grad % | max L0 attn logit | tokens/s |" +
+       eval.md_header() + "\n|---|---|---|---|---|---|---|---|---|---|---|---|" + eval.md_rule() + "\n";
   for (const auto& r : rows)
     m += "| " + r.name + " | " + r.variant + " | " + lr_text(r.lr) + " | " + r.status + " | " + std::to_string(r.steps) +
          "/" + std::to_string(r.max_steps) + " | " + md_cell(r.final_val_loss) +
@@ -642,10 +736,13 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
          (r.diverged ? std::to_string(r.diverged_step) + ": " + r.diverged_reason : std::string("-")) + " | " +
          (r.logit_unstable ? "yes (" + std::to_string(r.logit_unstable_step) + ")" : std::string("-")) + " | " +
          md_cell(r.spike_score_loss, "%.2f") + " / " + md_cell(r.spike_score_grad, "%.2f") + " | " + md_cell(r.max_attn_logit_l0, "%.1f") +
-         " | " + md_cell(r.tokens_per_s, "%.0f") + " |\n";
+         " | " + md_cell(r.tokens_per_s, "%.0f") + " |" + eval.md_cells(r) + "\n";
   m += "\nColumns as in `summary.csv`; per-variant numbers in `lr_sensitivity.csv`. Each point's run directory holds "
        "its `metrics.jsonl`, `spikes.jsonl`, `summary.json` and TensorBoard events (`tensorboard --logdir " +
        sweep_dir + "`).\n";
+  if (!eval.empty())
+    m += "\nTask columns: accuracy ± its standard error at the point's last task evaluation (`eval.tasks`), set "
+         "columns: the loss on each `eval.sets` data set then; acc_norm in `summary.csv`.\n";
   return m;
 }
 

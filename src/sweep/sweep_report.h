@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,12 @@ struct ReportOptions {
   std::string out_dir;  // where report.md, the CSVs and plots/ go; default SWEEP_DIR
   bool plots = true;
   std::string python;   // interpreter for the plotting script; default: see find_python()
+};
+
+// A downstream task's result at a run's last task evaluation (eval.tasks);
+// NaN where the record has no such number (acc_norm: not every task kind).
+struct TaskResult {
+  double acc = NAN, acc_stderr = NAN, acc_norm = NAN;
 };
 
 // One point's results, from sweep.json, summary.json.
@@ -49,6 +56,8 @@ struct PointRow {
   int64_t loss_spikes = 0, grad_spikes = 0;
   double max_attn_logit_l0 = NAN, tokens_per_s = NAN, time_s = NAN;
   double final_mean_log_z = NAN, final_max_output_logit = NAN;  // output logits at the last monitor step
+  std::map<std::string, TaskResult> tasks;   // task name -> result at the last task evaluation
+  std::map<std::string, double> set_losses;  // held-out set (eval.sets) -> loss at the last task evaluation
   bool finished() const {
     return status == "completed" || status == "diverged" || status == "nonfinite" || status == "logit_unstable";
   }
@@ -84,6 +93,33 @@ std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann:
 // Throws RunDirError naming the file and key when the file is damaged
 // (read_summary_json in sweep_manifest.h).
 void read_run_summary(const std::string& run_dir, PointRow& row);
+// Takes row.tasks from `record`'s "tasks" object and row.set_losses from its
+// "sets" object (a summary.json or a metrics.jsonl record), each replacing
+// what the row had only when the record has it. Entries of another shape
+// are skipped, never thrown on: the file may be one keel did not write intact.
+void read_eval_results(const nlohmann::json& record, PointRow& row);
+
+// The columns of the downstream results, shared by the compare table, the
+// report's point table and summary.csv: one per task name and per held-out
+// set that any row has, in name order; none at all when no row has any, so
+// the tables of runs without eval.tasks and eval.sets are as they were.
+class EvalColumns {
+ public:
+  explicit EvalColumns(const std::vector<PointRow>& rows);
+  bool empty() const { return tasks_.empty() && sets_.empty(); }
+  // Markdown: " builtin acc | web loss |" after a row's last "|", its rule
+  // "---|---|", and a row's cells (" 0.528 ± 0.032 | 3.9012 |", "-" where missing).
+  std::string md_header() const;
+  std::string md_rule() const;
+  std::string md_cells(const PointRow& row) const;
+  // CSV: ",task_builtin_acc,task_builtin_acc_stderr,task_builtin_acc_norm,set_web_loss"
+  // and a row's fields (empty where missing).
+  std::string csv_header() const;
+  std::string csv_fields(const PointRow& row) const;
+
+ private:
+  std::vector<std::string> tasks_, sets_;
+};
 
 // Bounds on the run logs `keel report` and `keel compare` read.
 constexpr uint64_t kMaxRunLogBytes = uint64_t{1} << 30;

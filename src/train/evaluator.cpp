@@ -1,9 +1,49 @@
 #include "train/evaluator.h"
 
 #include "model/chunked_loss.h"
+#include "data/prepare.h"
 #include "util/fs.h"
+#include "util/hashing.h"
+#include "util/text.h"
 
 namespace keel {
+
+std::string eval_set_name(const Config& cfg, size_t i) {
+  std::string entry = cfg.eval.sets[i];
+  while (entry.size() > 1 && entry.back() == '/') entry.pop_back();
+  std::string name = base_name(entry);
+  for (size_t j = 0; j < i; ++j)  // two sets of one base name: the later one numbered
+    if (eval_set_name(cfg, j) == name) return name + "_" + std::to_string(i);
+  return name;
+}
+
+std::string eval_set_directory(const Config& cfg, size_t i) {
+  const std::string& entry = cfg.eval.sets[i];
+  if (has_data_manifest(entry)) return entry;
+  // Keyed by the entry's absolute path: two sources of one base name get two directories.
+  return cfg.data.dir + "/eval_sets/" + eval_set_name(cfg, i) + "-" +
+         hex64(fnv1a64(real_path(entry))).substr(0, 8);
+}
+
+void prepare_eval_sets(const Config& cfg, const DataManifest& data) {
+  for (size_t i = 0; i < cfg.eval.sets.size(); ++i) {
+    const std::string dir = eval_set_directory(cfg, i);
+    if (dir == cfg.eval.sets[i]) continue;  // a prepared directory
+    Config c = cfg;
+    c.data.dir = dir;
+    c.data.sources = {cfg.eval.sets[i]};
+    c.data.source_weights.clear();
+    c.data.tokenizer = cfg.data.dir + "/" + data.tokenizer.file;
+    c.data.val_fraction = 0;  // held out whole
+    try {
+      ensure_prepared(c, PrepareOptions{false, true});
+    } catch (const Error& e) {
+      ConfigErrors errors;
+      errors.add("eval.sets[" + std::to_string(i) + "]", std::string("cannot prepare it: ") + e.what());
+      throw ConfigError(errors);
+    }
+  }
+}
 
 Evaluator::Evaluator(const Config& cfg, const DataManifest& data, const BatchGeometry& g, Dist& dist,
                      const ComputeSetup& compute)
@@ -11,7 +51,7 @@ Evaluator::Evaluator(const Config& cfg, const DataManifest& data, const BatchGeo
   enabled_ = data.val.tokens > g.seq_len;
   if (enabled_) loader_ = share(cfg.data.dir, "val", g.seq_len);
   for (size_t i = 0; i < cfg.eval.sets.size(); ++i) {
-    const std::string& dir = cfg.eval.sets[i];
+    const std::string dir = eval_set_directory(cfg, i);
     const std::string key = "eval.sets[" + std::to_string(i) + "]";
     auto fail = [&](const std::string& why) {
       ConfigErrors errors;
@@ -22,7 +62,7 @@ Evaluator::Evaluator(const Config& cfg, const DataManifest& data, const BatchGeo
     try {
       m = read_data_manifest(dir);
     } catch (const std::exception& e) {
-      fail(std::string("not a prepared data directory (keel prepare): ") + e.what());
+      fail(std::string("cannot read its prepared data: ") + e.what());
     }
     if (m.tokenizer.sha256 != data.tokenizer.sha256)
       fail(dir + " was prepared with another tokenizer (sha256 " + m.tokenizer.sha256.substr(0, 12) + ", data.dir's " +
@@ -32,10 +72,7 @@ Evaluator::Evaluator(const Config& cfg, const DataManifest& data, const BatchGeo
     if (m.split(split).tokens <= g.seq_len)
       fail(dir + " holds " + std::to_string(m.split(split).tokens) + " tokens, not one sequence of " +
            std::to_string(g.seq_len));
-    std::string name = base_name(dir.back() == '/' ? dir.substr(0, dir.size() - 1) : dir);
-    for (const auto& s : sets_)
-      if (s.name == name) name += "_" + std::to_string(i);
-    sets_.push_back({name, share(dir, split, g.seq_len)});
+    sets_.push_back({eval_set_name(cfg, i), share(dir, split, g.seq_len)});
   }
 }
 

@@ -20,6 +20,17 @@
 
 namespace keel {
 
+// Where eval.sets[i] is read from: the entry itself when it is a prepared
+// data directory, else (text, JSON Lines or Parquet sources, as data.sources
+// takes them) a directory under data.dir/eval_sets/ that prepare_eval_sets
+// fills with data.dir's tokenizer, held out whole.
+std::string eval_set_directory(const Config& cfg, size_t i);
+// The name a set's metrics carry: sets/<name>/loss (its base name).
+std::string eval_set_name(const Config& cfg, size_t i);
+// Rank 0, before any rank reads them: prepares the sources of eval.sets
+// that are not prepared yet (a no-op for those already prepared).
+void prepare_eval_sets(const Config& cfg, const DataManifest& data);
+
 class Evaluator {
  public:
   Evaluator(const Config& cfg, const DataManifest& data, const BatchGeometry& geometry, Dist& dist,

@@ -150,6 +150,7 @@ void Trainer::setup() {
     if (rank0()) {
       run_->write_config(cfg_);
       data = ensure_prepared(cfg_);
+      prepare_eval_sets(cfg_, data);
     }
   });
   if (!rank0()) run_->log->quiet(strf("[rank %d]", dist_->rank()));

@@ -59,7 +59,11 @@ class EvalCli : public ::testing::Test {
                        &out),
               0)
         << out;
-    ASSERT_EQ(run_keel("train " + config() + " --set run.name=tasks --set eval.sets=[" + g_dir + "/other]", &out), 0)
+    // Held out twice: as a prepared directory, and as a raw source keel prepares itself.
+    ASSERT_EQ(run_keel("train " + config() + " --set run.name=tasks --set eval.sets=[" + g_dir + "/other," + g_dir +
+                           "/other.txt]",
+                       &out),
+              0)
         << out;
   }
   static void TearDownTestSuite() { keel::remove_tree(g_dir); }
@@ -80,11 +84,18 @@ TEST_F(EvalCli, ARunRecordsTasksAndSets) {
     EXPECT_EQ(r["tasks"]["mine"]["examples"], 9);
     EXPECT_GT(r["sets"]["other"]["loss"].get<double>(), 0.0);
     EXPECT_NEAR(r["sets"]["other"]["ppl"].get<double>(), std::exp(r["sets"]["other"]["loss"].get<double>()), 1e-6);
+    EXPECT_GT(r["sets"]["other.txt"]["loss"].get<double>(), 0.0);
   }
   EXPECT_EQ(steps, (std::vector<int64_t>{4, 8}));  // eval.every and the last step
   auto summary = nlohmann::json::parse(read_file(g_dir + "/runs/tasks/summary.json"));
   EXPECT_EQ(summary["tasks"], records("tasks").back()["tasks"]);
   EXPECT_EQ(summary["sets"], records("tasks").back()["sets"]);
+  // The raw source was prepared inside data.dir, with its tokenizer, held out whole.
+  bool prepared = false;
+  for (const auto& name : keel::list_directory(g_dir + "/data/eval_sets"))
+    prepared = prepared || (name.rfind("other.txt-", 0) == 0 && keel::path_exists(g_dir + "/data/eval_sets/" + name +
+                                                                                    "/manifest.json"));
+  EXPECT_TRUE(prepared);
   // The builtin task as a file, and each example's scores of the last evaluation.
   EXPECT_TRUE(keel::path_exists(g_dir + "/runs/tasks/tasks/builtin.jsonl"));
   const std::string scores = read_file(g_dir + "/runs/tasks/tasks/mine.scores.jsonl");

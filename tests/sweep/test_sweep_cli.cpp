@@ -564,6 +564,80 @@ TEST_F(SweepCli, CompareRunsSideBySide) {
   EXPECT_NE(log.find("is not a run directory"), std::string::npos) << log;
 }
 
+// Downstream task results in compare and report (eval.tasks, eval.sets), on
+// run directories written by hand: one finished (its summary.json's "tasks"
+// and "sets" count, not its log's), one interrupted (the last record of its
+// metrics.jsonl with "tasks" counts; odd entries are skipped, never thrown
+// on). One "<task> acc" column per task any run has, "-" where a run has
+// none, the CSV's task_ and set_ columns; runs without tasks get none of them.
+TEST_F(SweepCli, CompareAndReportShowTaskAccuracy) {
+  const std::string runs = g_dir + "/tasks", cmp = g_dir + "/tasks_cmp";
+  for (const char* d : {"/done", "/cut", "/plain"}) keel::ensure_directory(runs + d);
+  auto task = [](double acc, double stderr_) {
+    return nlohmann::json{{"acc", acc}, {"acc_stderr", stderr_}, {"acc_norm", acc + 0.01}, {"examples", 250}};
+  };
+  nlohmann::json rec = {{"step", 10}, {"tokens", 1000}, {"loss", 5.0}, {"tasks", {{"builtin", task(0.4, 0.03)}}}};
+  write_file(runs + "/done/metrics.jsonl", rec.dump() + "\n");
+  write_file(runs + "/done/summary.json",
+             nlohmann::json{{"stopped_by", "completed"}, {"steps", 20}, {"final_loss", 4.5},
+                            {"tasks", {{"builtin", task(0.528, 0.032)}}},
+                            {"sets", {{"web", {{"loss", 3.9}, {"ppl", 49.4}}}}}}.dump());
+  std::string cut;
+  rec["tasks"] = {{"builtin", task(0.3, 0.029)}};
+  cut += rec.dump() + "\n";
+  rec = {{"step", 20}, {"tokens", 2000}, {"loss", 4.8},
+         {"tasks", {{"builtin", task(0.412, 0.031)}, {"arc", task(0.25, 0.04)}, {"bad", 7}}},
+         {"sets", {{"web", {{"loss", nullptr}}}}}};
+  cut += rec.dump() + "\n";
+  cut += nlohmann::json{{"step", 25}, {"tokens", 2500}, {"tasks", "oops"}, {"sets", {1, 2}}}.dump() + "\n";
+  cut += nlohmann::json{{"step", 30}, {"tokens", 3000}, {"loss", 4.7}}.dump() + "\n";
+  write_file(runs + "/cut/metrics.jsonl", cut);
+  write_file(runs + "/plain/metrics.jsonl", nlohmann::json{{"step", 1}, {"loss", 5.0}}.dump() + "\n");
+
+  std::string log;
+  ASSERT_EQ(run_keel("compare " + runs + "/done " + runs + "/cut --out " + cmp, &log), 0) << log;
+  const std::string md = read_file(cmp + "/compare.md");
+  for (const char* s : {"| tokens/s | arc acc | builtin acc | web loss |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+                        "| completed | 20 | 4.5000 (90.0) |", "| - | - | 0.528 ± 0.032 | 3.9000 |\n",
+                        "| interrupted | 30 | 4.7000 (109.9) |", "| - | 0.250 ± 0.040 | 0.412 ± 0.031 | - |\n",
+                        "![tasks](plots/tasks.png)"})
+    EXPECT_NE(md.find(s), std::string::npos) << s << "\n" << md;
+  EXPECT_TRUE(keel::path_exists(cmp + "/plots/tasks.png"));
+  const std::string csv = read_file(cmp + "/compare.csv");
+  EXPECT_NE(csv.find(",final_max_output_logit,task_arc_acc,task_arc_acc_stderr,task_arc_acc_norm,task_builtin_acc,"
+                     "task_builtin_acc_stderr,task_builtin_acc_norm,set_web_loss\n"),
+            std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find(",,,,0.528,0.032,0.538,3.9\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",0.25,0.04,0.26,0.412,0.031,0.422,\n"), std::string::npos) << csv;
+
+  // No run with tasks: the table and the CSV as before, and no tasks plot.
+  keel::remove_tree(cmp);
+  ASSERT_EQ(run_keel("compare " + runs + "/plain --out " + cmp, &log), 0) << log;
+  EXPECT_NE(log.find("| tokens/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n"), std::string::npos) << log;
+  EXPECT_EQ(log.find(" acc |"), std::string::npos) << log;
+  EXPECT_EQ(read_file(cmp + "/compare.csv").find("task_"), std::string::npos);
+  EXPECT_FALSE(keel::path_exists(cmp + "/plots/tasks.png"));
+
+  // keel report: the same columns in its point table and summary.csv.
+  const std::string sweep = g_dir + "/tasks_sweep";
+  keel::ensure_directory(sweep + "/lr=1e-3");
+  write_file(sweep + "/sweep.json",
+             R"({"format": "keel-sweep", "version": 1, "name": "tasks", "axes": [{"key": "train.lr", "short": "lr",)"
+             R"( "values": [{"label": "1e-3", "overrides": ["train.lr=1e-3"]}]}], "config": {}, "points": [{"name":)"
+             R"( "lr=1e-3", "active": true, "labels": {"train.lr": "1e-3"}, "max_steps": 20, "lr": 0.001, "seed": 1,)"
+             R"( "differs": {}}], "sessions": []})");
+  write_file(sweep + "/lr=1e-3/metrics.jsonl", read_file(runs + "/done/metrics.jsonl"));
+  write_file(sweep + "/lr=1e-3/summary.json", read_file(runs + "/done/summary.json"));
+  ASSERT_EQ(run_keel("report " + sweep + " --no-plots", &log), 0) << log;
+  const std::string report = read_file(sweep + "/report.md");
+  EXPECT_NE(report.find("| tokens/s | builtin acc | web loss |\n|---|"), std::string::npos) << report;
+  EXPECT_NE(report.find("| 0.528 ± 0.032 | 3.9000 |\n"), std::string::npos) << report;
+  EXPECT_NE(read_file(sweep + "/summary.csv").find(",task_builtin_acc,task_builtin_acc_stderr,task_builtin_acc_norm,"
+                                                   "set_web_loss\n"),
+            std::string::npos);
+}
+
 // Issue 31: a 1000 x 100 x 10-seed grid under --dry-run was still planning
 // after 120 s at 1.2 GB. It is refused at once from its axis sizes (exit 2,
 // the count and the key that raises the limit), and nothing is created; a
