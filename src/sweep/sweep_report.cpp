@@ -323,7 +323,7 @@ std::string md_name(const std::string& name) {
 }
 
 // "0.528 ± 0.032"; the accuracy alone without a standard error; "-" without an accuracy.
-std::string acc_cell(const TaskResult& t) {
+std::string acc_cell(const TaskAccuracy& t) {
   if (!std::isfinite(t.acc)) return "-";
   return std::isfinite(t.acc_stderr) ? strf("%.3f ± %.3f", t.acc, t.acc_stderr) : strf("%.3f", t.acc);
 }
@@ -378,7 +378,7 @@ std::string EvalColumns::csv_fields(const PointRow& r) const {
   std::string out;
   for (const auto& t : tasks_) {
     auto it = r.tasks.find(t);
-    const TaskResult result = it == r.tasks.end() ? TaskResult{} : it->second;
+    const TaskAccuracy result = it == r.tasks.end() ? TaskAccuracy{} : it->second;
     out += "," + fmt(result.acc, "%.6g") + "," + fmt(result.acc_stderr, "%.6g") + "," + fmt(result.acc_norm, "%.6g");
   }
   for (const auto& s : sets_) {

@@ -27,7 +27,7 @@ struct ReportOptions {
 
 // A downstream task's result at a run's last task evaluation (eval.tasks);
 // NaN where the record has no such number (acc_norm: not every task kind).
-struct TaskResult {
+struct TaskAccuracy {
   double acc = NAN, acc_stderr = NAN, acc_norm = NAN;
 };
 
@@ -56,7 +56,7 @@ struct PointRow {
   int64_t loss_spikes = 0, grad_spikes = 0;
   double max_attn_logit_l0 = NAN, tokens_per_s = NAN, time_s = NAN;
   double final_mean_log_z = NAN, final_max_output_logit = NAN;  // output logits at the last monitor step
-  std::map<std::string, TaskResult> tasks;   // task name -> result at the last task evaluation
+  std::map<std::string, TaskAccuracy> tasks;   // task name -> result at the last task evaluation
   std::map<std::string, double> set_losses;  // held-out set (eval.sets) -> loss at the last task evaluation
   bool finished() const {
     return status == "completed" || status == "diverged" || status == "nonfinite" || status == "logit_unstable";
