@@ -16,6 +16,9 @@
 
 #include "config/config.h"
 #include "data/prepare.h"
+#include "data/sources.h"
+#include "data/tokenizer.h"
+#include "data/tokenizer_train.h"
 #include "test_util.h"
 #include "util/fs.h"
 
@@ -132,6 +135,23 @@ inline keel::PrepareResult prepare_quietly(const keel::Config& c, bool force = f
   o.quiet = true;
   o.force = force;
   return keel::prepare_data(c, o);
+}
+
+// A 400-piece BPE tokenizer trained on make_documents(300, 7), once per
+// program: for tests that need real tokens but not a particular tokenizer.
+inline const keel::Tokenizer& small_tokenizer() {
+  static keel::Tokenizer t = [] {
+    const std::string dir = make_temp_dir("small_tok");
+    write_text(dir + "/corpus.txt", join_documents(make_documents(300, 7)));
+    keel::TokenizerTrainOptions o;
+    o.vocab_size = 400;
+    o.separator = "<|endoftext|>";
+    return keel::Tokenizer::from_serialized(
+        keel::train_tokenizer(keel::sample_for_tokenizer(keel::expand_sources({dir + "/corpus.txt"}), o), o,
+                              dir + "/corpus.txt"),
+        "small test tokenizer");
+  }();
+  return t;
 }
 
 }  // namespace keel_test

@@ -47,19 +47,7 @@ std::string error_of(F f) {
   return "";
 }
 
-const Tokenizer& tok() {
-  static Tokenizer t = [] {
-    const std::string dir = make_temp_dir("evaltok");
-    write_text(dir + "/corpus.txt", join_documents(make_documents(300, 7)));
-    TokenizerTrainOptions o;
-    o.vocab_size = 400;
-    o.separator = "<|endoftext|>";
-    return Tokenizer::from_serialized(
-        train_tokenizer(sample_for_tokenizer(expand_sources({dir + "/corpus.txt"}), o), o, dir + "/corpus.txt"),
-        "test");
-  }();
-  return t;
-}
+const Tokenizer& tok() { return small_tokenizer(); }
 
 std::vector<int64_t> encode64(const std::string& s) {
   std::vector<int64_t> out;

@@ -19,19 +19,7 @@ using namespace keel_test;
 
 namespace {
 
-const Tokenizer& tok() {
-  static Tokenizer t = [] {
-    const std::string dir = make_temp_dir("evaltok");
-    write_text(dir + "/corpus.txt", join_documents(make_documents(300, 7)));
-    TokenizerTrainOptions o;
-    o.vocab_size = 400;
-    o.separator = "<|endoftext|>";
-    return Tokenizer::from_serialized(
-        train_tokenizer(sample_for_tokenizer(expand_sources({dir + "/corpus.txt"}), o), o, dir + "/corpus.txt"),
-        "test");
-  }();
-  return t;
-}
+const Tokenizer& tok() { return small_tokenizer(); }
 
 ModelConfig tiny_model() {
   ModelConfig m;
