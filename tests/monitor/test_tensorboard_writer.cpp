@@ -67,6 +67,19 @@ TEST(TensorBoard, MetricsRecordBecomesTaggedScalars) {
   EXPECT_EQ(got, expected);
 }
 
+// A task evaluation's record (eval.tasks, eval.sets): tasks/<name>/<metric>, sets/<name>/loss.
+TEST(TensorBoard, TaskAndSetResultsBecomeTaggedScalars) {
+  auto rec = nlohmann::json::parse(R"({"step": 600, "tasks": {"builtin": {"acc": 0.5, "acc_stderr": 0.03,
+      "acc_norm_stderr": null, "examples": 250}}, "sets": {"wiki": {"loss": 3.9, "ppl": 49.4}}, "tasks_eval_s": 0.6})");
+  keel::Scalars expected = {{"tasks/builtin/acc", 0.5},  {"tasks/builtin/acc_stderr", 0.03},
+                            {"tasks/builtin/examples", 250}, {"sets/wiki/loss", 3.9},
+                            {"sets/wiki/ppl", 49.4},       {"train/tasks_eval_s", 0.6}};
+  auto got = keel::metrics_to_scalars(rec);
+  std::sort(expected.begin(), expected.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, expected);
+}
+
 TEST(TensorBoard, WriterFileIsASequenceOfValidRecords) {
   const std::string dir = keel_test::make_temp_dir("tensorboard");
   std::string path;
