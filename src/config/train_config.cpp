@@ -37,6 +37,14 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   s.real("train.weight_decay", &t.weight_decay, "AdamW decoupled weight decay").min = 0;
   s.boolean("train.independent_weight_decay", &t.independent_weight_decay,
             "decay scaled by lr/peak_lr instead of lr (Wortsman et al. 2023)");
+  s.choice("train.activation_checkpointing", &t.activation_checkpointing, {},
+           "recompute each checkpointed block's activations in backward instead of keeping them: less memory, "
+           "about one more forward per step; full = every block, every_n = blocks 0, K, 2K, ... "
+           "(K = train.checkpoint_every_n); gradients are bit-identical to none on the CPU");
+  auto& ck = s.integer("train.checkpoint_every_n", &t.checkpoint_every_n,
+                       "activation_checkpointing every_n: recompute every K-th block");
+  ck.min = 1;
+  ck.max = 1 << 20;
   s.boolean("train.decay_embeddings", &t.decay_embeddings, "apply weight decay to embeddings");
   auto& b1 = s.real("train.beta1", &t.beta1, "AdamW beta1");
   b1.min = 0;
@@ -193,6 +201,9 @@ void check_train(const Config& c, ConfigErrors& e) {
     if (c.monitor.layer_grad_norms) e.add("train.cuda_graph", "monitor.layer_grad_norms" + why);
     if (t.qk_clip_tau) e.add("train.cuda_graph", "train.qk_clip_tau" + why);
     if (c.model.sigma_reparam) e.add("train.cuda_graph", "model.sigma_reparam" + why);
+    if (t.activation_checkpointing != ActivationCheckpointing::none)
+      e.add("train.cuda_graph", "train.activation_checkpointing runs a backward inside the backward, which keel "
+                                "has not captured in a CUDA graph");
     if (t.optimizer_impl == OptimizerImpl::reference)  // its per-step lr.item() cannot run inside a capture
       e.add("train.cuda_graph", "train.optimizer_impl: reference" + why + " (it reads the learning rate on the host)");
   }

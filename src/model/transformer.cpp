@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "model/activation_checkpoint.h"
 #include "model/fused_ops.h"
 #include "model/parametrization.h"
 #include "model/sigma_reparam.h"
@@ -156,8 +157,19 @@ torch::Tensor TransformerImpl::forward_hidden(const torch::Tensor& idx, const Fo
   if (rms) rms->add("embed", x);
   for (size_t i = 0; i < blocks->size(); ++i) {
     const std::string prefix = rms ? "block" + std::to_string(i) + "." : "";
-    x = blocks[i]->as<Block>()->forward(x, rope, all_stats ? &(*all_stats)[i] : nullptr, rms, prefix,
-                                        docs.segments.defined() ? &docs : nullptr);
+    AttentionStats* stats = all_stats ? &(*all_stats)[i] : nullptr;
+    if (checkpoints_block(i) && torch::GradMode::is_enabled() && x.requires_grad()) {
+      // The statistics come from the forward; the recompute in backward records nothing.
+      std::shared_ptr<BlockImpl> block = std::dynamic_pointer_cast<BlockImpl>(blocks->ptr(i));
+      auto first = std::make_shared<bool>(true);
+      x = checkpointed(x, [block, rope, docs, stats, rms, prefix, first](const torch::Tensor& in) {
+        const bool record = std::exchange(*first, false);
+        return block->forward(in, rope, record ? stats : nullptr, record ? rms : nullptr, prefix,
+                              docs.segments.defined() ? &docs : nullptr);
+      });
+    } else {
+      x = blocks[i]->as<Block>()->forward(x, rope, stats, rms, prefix, docs.segments.defined() ? &docs : nullptr);
+    }
     if (rms) rms->add(prefix + "out", x);
   }
   if (final_norm) x = final_norm->forward(x);

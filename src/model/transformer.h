@@ -91,6 +91,16 @@ class TransformerImpl : public torch::nn::Module {
   // document, the documents read from the ids of each forward
   // (model/documents.h). Off (the default) when masking.eos_id < 0.
   void set_documents(const DocumentMasking& masking) { documents_ = masking; }
+  // train.activation_checkpointing: which blocks keep only their input in a
+  // training forward and recompute the rest in backward (activation_checkpoint.h).
+  void set_activation_checkpointing(ActivationCheckpointing mode, int64_t every_n) {
+    checkpointing_ = mode;
+    checkpoint_every_n_ = every_n;
+  }
+  bool checkpoints_block(size_t i) const {
+    return checkpointing_ == ActivationCheckpointing::full ||
+           (checkpointing_ == ActivationCheckpointing::every_n && static_cast<int64_t>(i) % checkpoint_every_n_ == 0);
+  }
   const DocumentMasking& documents() const { return documents_; }
   // The attention kernel a training forward of [batch, seq_len] runs (AttentionImpl::kernel_name).
   std::string attention_kernel(int64_t batch, int64_t seq_len, torch::Device device, torch::ScalarType dtype);
@@ -107,6 +117,8 @@ class TransformerImpl : public torch::nn::Module {
   RopeTables rope_;
   int64_t rope_len_ = 0;
   DocumentMasking documents_;
+  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
+  int64_t checkpoint_every_n_ = 1;
 };
 TORCH_MODULE(Transformer);
 

@@ -1,5 +1,6 @@
 #include "train/model_stats.h"
 
+#include "optim/optimizer.h"
 #include "train/device.h"
 
 namespace keel {

@@ -79,6 +79,9 @@ const BrokenCase kBroken[] = {
     {"train:\n  cuda_graph: true\n  qk_clip_tau: 100\n", "train.cuda_graph", "train.qk_clip_tau"},
     {"train:\n  cuda_graph: true\nmodel:\n  sigma_reparam: true\n", "train.cuda_graph", "model.sigma_reparam"},
     {"train:\n  cuda_graph: true\n  optimizer_impl: reference\n", "train.cuda_graph", "optimizer_impl: reference"},
+    {"train:\n  cuda_graph: true\n  activation_checkpointing: full\n", "train.cuda_graph",
+     "train.activation_checkpointing"},
+    {"train:\n  activation_checkpointing: every_n\n  checkpoint_every_n: 0\n", "train.checkpoint_every_n", ">= 1"},
     // µP / CompleteP (model/parametrization.h): the base model must exist, conflicting knobs are refused.
     {"model:\n  mup: {base_width: 64}\n", "model.mup", "only used with model.parametrization"},
     {"model:\n  parametrization: mup\n  mup: {base_depth: 2}\n", "model.mup.base_depth", "completep"},

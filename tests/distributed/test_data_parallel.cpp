@@ -182,6 +182,17 @@ TEST_F(DataParallel, CompletePOnTwoWorkersGivesTheLossesOfOne) {
   EXPECT_NE(out.find("parameters identical on all 2 ranks after step 12"), std::string::npos) << out;
 }
 
+// Recomputed blocks accumulate their parameters' gradients inside a nested
+// backward; the overlapped bucket all-reduces must still see every one.
+TEST_F(DataParallel, ActivationCheckpointingOnTwoWorkersGivesTheLossesOfOne) {
+  std::string out;
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("ckpt_two", "--set train.activation_checkpointing=full"), &out),
+            0)
+      << out;
+  expect_same_losses("one", "ckpt_two", 1e-4);
+  EXPECT_NE(out.find("parameters identical on all 2 ranks after step 12"), std::string::npos) << out;
+}
+
 TEST_F(DataParallel, OneWorkerThroughTheLauncherIsAGroupOfOne) {
   std::string out;
   ASSERT_EQ(run_keel("launch --nproc 1 -- " + train_args("launch_one"), &out), 0) << out;
