@@ -10,6 +10,7 @@
 #include <limits>
 #include <thread>
 
+#include "config/eval_config.h"
 #include "data/manifest.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -247,6 +248,17 @@ void Trainer::print_settings() {
   row("attention", parts_.model->attention_kernel(g.micro_batch, g.seq_len, compute_.device,
                                                   compute_.bf16_autocast ? torch::kBFloat16 : torch::kFloat32) +
                        " (SDPA tries " + compute_.attention_order + ")");
+  if (t.activation_checkpointing != ActivationCheckpointing::none)
+    row("activation checkpointing", t.activation_checkpointing == ActivationCheckpointing::full
+                                        ? "every block recomputed in backward"
+                                        : strf("blocks 0, %lld, ... recomputed in backward",
+                                               static_cast<long long>(t.checkpoint_every_n)));
+  if (tasks_) {
+    std::string names;
+    for (const auto& task : tasks_->tasks()) names += (names.empty() ? "" : ", ") + task.spec.name;
+    row("downstream tasks", names + strf(", every %lld steps", static_cast<long long>(task_eval_every(cfg_))));
+  }
+  if (!cfg_.eval.sets.empty()) row("held-out sets", strf("%zu (eval.sets)", cfg_.eval.sets.size()));
   row("MFU peak", si(compute_.peak_flops) + "FLOP/s, " + compute_.peak_source);
   log.info(rule);
   log.info("MFU convention: " + flops_convention());

@@ -1,17 +1,19 @@
 // The task evaluator against the definition: each request's log-likelihood
-// equals a forward of that request alone, whatever the batch. (Two ranks
-// giving one rank's numbers exactly: tests/eval/test_eval_cli.cpp, with
-// processes; as threads of one process, the model's CPU kernels give NaNs
-// when two threads run forwards at once.)
+// equals a forward of that request alone, whatever the batch; two Gloo ranks
+// (threads here; processes in tests/eval/test_eval_cli.cpp) give exactly one
+// rank's numbers; bf16 autocast stays within its rounding.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <thread>
 
 #include "../data/test_data_util.h"
 #include "data/sources.h"
 #include "data/tokenizer_train.h"
+#include "distributed/launcher.h"
 #include "eval/builtin_task.h"
 #include "eval/task_evaluator.h"
+#include "model/init.h"
 #include "test_util.h"
 
 using namespace keel;
@@ -60,11 +62,9 @@ std::vector<std::vector<double>> lls_of(const TaskEvaluator& ev, size_t task) {
   return out;
 }
 
-Transformer seeded_model() {
-  torch::manual_seed(3);
-  Transformer m(tiny_model());
-  return m;
-}
+// Initialised as training initialises it (a Transformer's own constructor
+// leaves its parameters uninitialised).
+Transformer seeded_model() { return build_model(tiny_model(), 3); }
 
 }  // namespace
 
@@ -101,3 +101,58 @@ TEST(TaskEvaluator, EachRequestScoresAsAForwardOfItAlone) {
   EXPECT_DOUBLE_EQ(ev.last()["builtin"]["acc"].get<double>(), static_cast<double>(right) / 12);
 }
 
+
+TEST(TaskEvaluator, TwoGlooRanksGiveExactlyOneRanksScores) {
+  torch::set_num_threads(1);
+  Transformer one = seeded_model(), r0 = seeded_model(), r1 = seeded_model();
+  TaskEvaluator single(tasks(), tok(), tiny_model().max_seq_len, 4, nullptr, ComputeSetup{});
+  single.evaluate(one);
+  const int port = find_free_port();
+  std::string out0, out1;
+  auto rank = [&](int r, Transformer& model, std::string* out) {
+    torch::set_num_threads(1);  // per thread (OpenMP)
+    DistEnv env;
+    env.rank = r;
+    env.world_size = 2;
+    env.local_rank = r;
+    env.local_world_size = 2;
+    env.master_port = port;
+    env.source = "test";
+    Dist dist(env, DistBackend::gloo, 30);
+    TaskEvaluator ev(tasks(), tok(), tiny_model().max_seq_len, 4, &dist, ComputeSetup{});
+    ev.evaluate(model);
+    *out = ev.examples_jsonl(0) + ev.examples_jsonl(1) + ev.last().dump();
+  };
+  std::thread t1([&] { rank(1, r1, &out1); });
+  rank(0, r0, &out0);
+  t1.join();
+  const std::string want = single.examples_jsonl(0) + single.examples_jsonl(1) + single.last().dump();
+  EXPECT_EQ(out0, want);  // bit for bit: the printed doubles round-trip
+  EXPECT_EQ(out1, want);
+}
+
+// Under bf16 autocast (the CPU's form of the CUDA path) the same requests
+// score within bf16's rounding of the fp32 numbers.
+TEST(TaskEvaluator, Bf16AutocastScoresCloseToFp32) {
+  torch::set_num_threads(1);
+  Transformer model = seeded_model();
+  TaskEvaluator fp32(tasks(), tok(), tiny_model().max_seq_len, 8, nullptr, ComputeSetup{});
+  ComputeSetup bf16;
+  bf16.bf16_autocast = true;
+  TaskEvaluator low(tasks(), tok(), tiny_model().max_seq_len, 8, nullptr, bf16);
+  fp32.evaluate(model);
+  low.evaluate(model);
+  for (size_t t = 0; t < fp32.tasks().size(); ++t) {
+    const auto a = lls_of(fp32, t), b = lls_of(low, t);
+    ASSERT_EQ(a.size(), b.size());
+    double worst = 0;
+    bool differs = false;
+    for (size_t e = 0; e < a.size(); ++e)
+      for (size_t c = 0; c < a[e].size(); ++c) {
+        worst = std::max(worst, std::abs(a[e][c] - b[e][c]) / std::max(1.0, std::abs(a[e][c])));
+        differs = differs || a[e][c] != b[e][c];
+      }
+    EXPECT_LT(worst, 0.02) << "task " << t;  // bf16 keeps 8 bits of mantissa
+    EXPECT_TRUE(differs) << "task " << t << ": bf16 gave the fp32 numbers exactly (autocast not applied?)";
+  }
+}
