@@ -86,6 +86,8 @@ int run_eval(const EvalArgs& a) {
   Transformer model(cfg.model);
   load_training_checkpoint(dir, model, nullptr, nullptr);
   model->to(compute.device, compute.fp64 ? torch::kFloat64 : torch::kFloat32);
+  // As in training (and its in-loop evaluation): an EOS starts a document.
+  if (cfg.data.document_mask) model->set_documents({tok.eos_id(), cfg.data.resets_positions()});
   TaskEvaluator ev(load_eval_tasks(cfg, data, tok), tok, cfg.model.max_seq_len, cfg.eval.batch_size, dist.get(),
                    compute);
   const auto t0 = std::chrono::steady_clock::now();

@@ -32,6 +32,8 @@ static int run_sample(const std::string& path, const std::string& prompt, const 
     if (tokenizer_path.empty())
       throw CheckpointError(dir + " holds no tokenizer.model or tokenizer.json: keel sample needs the tokenizer");
     Tokenizer tokenizer(tokenizer_path);
+    // As it was trained: a document-masked model reads an EOS as a document start.
+    if (config.data.document_mask) model->set_documents({tokenizer.eos_id(), config.data.resets_positions()});
     std::vector<int64_t> ids;
     for (int32_t id : tokenizer.encode(prompt)) ids.push_back(id);
     if (ids.empty()) ids.push_back(tokenizer.eos_id());  // an empty prompt starts a new document
