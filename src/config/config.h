@@ -212,6 +212,7 @@ struct DistConfig {
   double timeout_s = 300.0;
   double bucket_mb = 25.0;                 // gradient all-reduce bucket size (PyTorch DDP's default)
   bool overlap = true;                     // launch bucket all-reduces from gradient hooks during backward
+  int64_t zero = 0;                        // 1: ZeRO-1, each rank keeps the optimizer state of its parameters only
 };
 
 // Downstream tasks scored as lm-evaluation-harness scores them, and more

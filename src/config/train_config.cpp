@@ -173,6 +173,12 @@ void declare_dist_keys(Schema& s, DistConfig& d) {
   s.boolean("dist.overlap", &d.overlap,
             "all-reduce each gradient bucket from backward hooks as soon as it is full (overlaps communication "
             "with backward); false = one pass after backward");
+  auto& z = s.integer("dist.zero", &d.zero,
+                      "1 = ZeRO-1: the parameters are dealt to the ranks whole (largest first, to the least loaded), "
+                      "each rank keeps the optimizer state of its own and updates them, then sends them to the "
+                      "others; gradients are still all-reduced (docs/data-parallel.md#zero-1); 0 = replicated");
+  z.min = 0;
+  z.max = 1;
 }
 
 void declare_run_keys(Schema& s, RunConfig& r) {
@@ -201,6 +207,9 @@ void check_train(const Config& c, ConfigErrors& e) {
     if (c.monitor.layer_grad_norms) e.add("train.cuda_graph", "monitor.layer_grad_norms" + why);
     if (t.qk_clip_tau) e.add("train.cuda_graph", "train.qk_clip_tau" + why);
     if (c.model.sigma_reparam) e.add("train.cuda_graph", "model.sigma_reparam" + why);
+    if (c.dist.zero > 0)
+      e.add("train.cuda_graph", "dist.zero: 1 sends the updated parameters between ranks after the optimizer step, "
+                                "which keel has not captured in a CUDA graph");
     if (t.activation_checkpointing != ActivationCheckpointing::none)
       e.add("train.cuda_graph", "train.activation_checkpointing runs a backward inside the backward, which keel "
                                 "has not captured in a CUDA graph");

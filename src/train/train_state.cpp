@@ -58,7 +58,11 @@ bool safe_to_change(const std::string& key) {
       // between sessions; a resumed run may land on another GPU).
       "train.threads", "train.attention_backend",
       // Only read by a fresh start; a resumed run has its own weights.
-      "train.init_from"};
+      "train.init_from",
+      // The same numbers bit for bit: sharded optimizer state, recomputed activations.
+      "dist.zero", "train.activation_checkpointing", "train.checkpoint_every_n",
+      // What is evaluated, not what is trained.
+      "eval.tasks", "eval.every", "eval.limit", "eval.batch_size", "eval.builtin_examples", "eval.sets"};
   return safe.count(key) > 0;
 }
 

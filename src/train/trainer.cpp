@@ -168,7 +168,7 @@ void Trainer::setup() {
     if (!evaluator_->enabled())
       run_->log->warn("no validation split in " + cfg_.data.dir + " (data.val_fraction = 0?): evaluation is off");
     if (!cfg_.eval.tasks.empty()) setup_tasks(data);
-    parts_ = build_training_parts(cfg_, compute_, geometry_);
+    parts_ = build_training_parts(cfg_, compute_, geometry_, dist_.get());
     if (cfg_.data.document_mask) parts_.model->set_documents({data.tokenizer.eos_id, cfg_.data.resets_positions()});
     // Batches in page-locked memory: their copies to the GPU do not block the host.
     if (compute_.device.is_cuda()) train_data_->set_pinned(true);

@@ -5,6 +5,7 @@
 
 #include "checkpoint/checkpoint_store.h"
 #include "train/train_state.h"
+#include "optim/zero.h"
 #include "train/trainer_impl.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -181,6 +182,8 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string dir;
   std::vector<std::string> removed;
+  // ZeRO-1: every rank's optimizer state to rank 0 first (collective), so the checkpoint is one logical state.
+  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(parts_.optimizer.get())) sharded->gather_state();
   if (rank0()) {  // rank 0 alone writes; the others wait at the barrier below
     dir = save_training_checkpoint(run_->path(), cfg_, parts_.model, parts_.optimizer.get(), state, tokenizer_path_);
     removed = CheckpointStore(run_->path()).prune(cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every);

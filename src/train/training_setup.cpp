@@ -2,6 +2,7 @@
 
 #include "model/init.h"
 #include "model/parametrization.h"
+#include "optim/zero.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -33,7 +34,7 @@ BatchGeometry batch_geometry(const Config& cfg, int world) {
   return g;
 }
 
-std::unique_ptr<Optimizer> make_model_optimizer(Transformer& model, const Config& cfg) {
+std::unique_ptr<Optimizer> make_model_optimizer(Transformer& model, const Config& cfg, Dist* dist) {
   std::vector<NamedParam> params;
   for (auto& item : model->named_parameters(true)) params.push_back({item.key(), item.value()});
   TrainConfig t = cfg.train;
@@ -46,16 +47,22 @@ std::unique_ptr<Optimizer> make_model_optimizer(Transformer& model, const Config
     }
     t.eps *= forward_scaling(cfg.model).adam_eps_mult;
   }
-  return make_optimizer(std::move(params), t, cfg.model.head_dim());
+  const int64_t head_dim = cfg.model.head_dim();
+  if (cfg.dist.zero > 0 && dist && dist->world() > 1)
+    return std::make_unique<ShardedOptimizer>(std::move(params), *dist, [t, head_dim](std::vector<NamedParam> mine) {
+      return make_optimizer(std::move(mine), t, head_dim);
+    });
+  return make_optimizer(std::move(params), t, head_dim);
 }
 
-TrainingParts build_training_parts(const Config& cfg, const ComputeSetup& compute, const BatchGeometry& geometry) {
+TrainingParts build_training_parts(const Config& cfg, const ComputeSetup& compute, const BatchGeometry& geometry,
+                                   Dist* dist) {
   TrainingParts p;
   p.model = build_model(cfg.model, static_cast<uint64_t>(cfg.run.seed), compute.device);
   if (compute.fp64) p.model->to(torch::kFloat64);  // before the optimizer: its state follows the parameters
   p.model->set_activation_checkpointing(cfg.train.activation_checkpointing, cfg.train.checkpoint_every_n);
   p.size = model_size(cfg.model, geometry.seq_len);
-  p.optimizer = make_model_optimizer(p.model, cfg);
+  p.optimizer = make_model_optimizer(p.model, cfg, dist);
   p.runner = std::make_unique<StepRunner>(p.model, *p.optimizer, cfg, compute, geometry.micro_batch);
   return p;
 }

@@ -14,6 +14,8 @@
 
 namespace keel {
 
+class Dist;
+
 // A global batch of `global_batch` sequences of `seq_len` tokens, split evenly
 // over `world` ranks, each rank's rows in `n_micro` micro-batches.
 struct BatchGeometry {
@@ -41,10 +43,13 @@ struct TrainingParts {
 // The optimizer train.optimizer names over the model's parameters, with
 // model.parametrization's per-parameter LR and decay multipliers and AdamW ε
 // (model/parametrization.h).
-std::unique_ptr<Optimizer> make_model_optimizer(Transformer& model, const Config& cfg);
+// With dist.zero 1 and `dist` a group of several ranks, wrapped in ZeRO-1's
+// ShardedOptimizer (collective: every rank at once).
+std::unique_ptr<Optimizer> make_model_optimizer(Transformer& model, const Config& cfg, Dist* dist = nullptr);
 
 // The model from run.seed on the compute device, its optimizer (train.optimizer),
 // and the StepRunner for micro-batches of geometry.micro_batch.
-TrainingParts build_training_parts(const Config& cfg, const ComputeSetup& compute, const BatchGeometry& geometry);
+TrainingParts build_training_parts(const Config& cfg, const ComputeSetup& compute, const BatchGeometry& geometry,
+                                   Dist* dist = nullptr);
 
 }  // namespace keel

@@ -193,6 +193,61 @@ TEST_F(DataParallel, ActivationCheckpointingOnTwoWorkersGivesTheLossesOfOne) {
   EXPECT_NE(out.find("parameters identical on all 2 ranks after step 12"), std::string::npos) << out;
 }
 
+// ZeRO-1 (dist.zero 1): the numbers of the replicated run, bit for bit, for
+// AdamW and Muon on 2 and 3 ranks; its checkpoint holds the same logical
+// optimizer state; and a run saved sharded on 2 ranks resumes on 3 (sharded)
+// and on 1.
+TEST_F(DataParallel, ZeroOneGivesTheReplicatedNumbersAndResumesOnOtherWorldSizes) {
+  const std::string six = "--set train.batch_size=6 ";  // 2 and 3 ranks
+  std::string out;
+  ASSERT_EQ(run_keel(train_args("one6", six), &out), 0) << out;
+  for (const std::string n : {"2", "3"}) {
+    ASSERT_EQ(run_keel("launch --nproc " + n + " -- " + train_args("rep" + n, six), &out), 0) << out;
+    ASSERT_EQ(run_keel("launch --nproc " + n + " -- " + train_args("zero" + n, six + "--set dist.zero=1"), &out), 0)
+        << out;
+    EXPECT_NE(out.find("ZeRO-1: "), std::string::npos) << out;
+    EXPECT_NE(out.find("on all " + n), std::string::npos) << out;
+    auto rep = read_metrics("rep" + n), zero = read_metrics("zero" + n);
+    ASSERT_EQ(zero.size(), 12u);
+    for (const auto& [step, s] : rep) {
+      EXPECT_EQ(zero[step].loss, s.loss) << n << " ranks, step " << step;  // bit for bit
+      if (!std::isnan(s.val_loss)) EXPECT_EQ(zero[step].val_loss, s.val_loss) << n << " ranks, step " << step;
+    }
+  }
+  const std::string muon = six + "--set train.optimizer=muon ";
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("muon_rep", muon), &out), 0) << out;
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("muon_zero", muon + "--set dist.zero=1"), &out), 0) << out;
+  auto mr = read_metrics("muon_rep"), mz = read_metrics("muon_zero");
+  for (const auto& [step, s] : mr) EXPECT_EQ(mz[step].loss, s.loss) << "Muon, step " << step;
+
+  // One logical state: the same tensors by name as the replicated run's checkpoint.
+  auto state_of = [](const std::string& run) {
+    std::map<std::string, torch::Tensor> m;
+    for (auto& [k, t] : keel::read_safetensors(run_path(run) + "/checkpoints/step_00000012/optimizer.safetensors"))
+      m[k] = t;
+    return m;
+  };
+  for (const std::string run : {"zero2", "muon_zero"}) {
+    auto rep = state_of(run == "zero2" ? "rep2" : "muon_rep"), zero = state_of(run);
+    ASSERT_EQ(rep.size(), zero.size()) << run;
+    for (const auto& [k, t] : rep) {
+      ASSERT_TRUE(zero.count(k)) << run << " lacks " << k;
+      EXPECT_TRUE(torch::equal(zero[k], t)) << run << ": " << k;
+    }
+  }
+
+  // Saved sharded on 2 ranks, resumed sharded on 3 and replicated on 1.
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("zsaved", six + "--set dist.zero=1 --stop-after-step 6"), &out),
+            0)
+      << out;
+  const std::string ckpt = run_path("zsaved") + "/checkpoints/step_00000006";
+  ASSERT_EQ(run_keel("launch --nproc 3 -- " + train_args("zon3", six + "--set dist.zero=1 --resume " + ckpt), &out), 0)
+      << out;
+  expect_same_losses("rep3", "zon3", 1e-4, 7);
+  ASSERT_EQ(run_keel(train_args("zon1", six + "--resume " + ckpt), &out), 0) << out;
+  expect_same_losses("one6", "zon1", 1e-4, 7);
+}
+
 TEST_F(DataParallel, OneWorkerThroughTheLauncherIsAGroupOfOne) {
   std::string out;
   ASSERT_EQ(run_keel("launch --nproc 1 -- " + train_args("launch_one"), &out), 0) << out;

@@ -8,6 +8,7 @@
 #include "optim/optim_test_util.h"
 #include "test_util.h"
 #include "optim/optimizer.h"
+#include "optim/zero.h"
 #include "train/step_runner.h"
 
 using namespace keel;
@@ -247,5 +248,25 @@ TEST(StepRunnerGraph, RefusesAnOptimizerThatCannotBeCapturedWithTheKey) {
         EXPECT_NO_THROW(StepRunner(model, *opt, c, cpu, 2));
       }
     }
+  }
+}
+
+// ZeRO-1's dealing: largest first to the least loaded rank, deterministic,
+// every parameter owned once, loads within the largest parameter of each other.
+TEST(ZeroOwners, LargestFirstToTheLeastLoadedRank) {
+  const std::vector<int64_t> numels = {100, 10, 60, 60, 5, 40, 100};
+  // In size order: 100 (#0) to rank 0, 100 (#6) to 1, 60 (#2) to 0 (a tie: the lowest), 60 (#3) to 1,
+  // 40 (#5) to 0, 10 (#1) to 1, 5 (#4) to 1 (170 < 200): loads 200 and 175.
+  EXPECT_EQ(keel::zero_owners(numels, 2), (std::vector<int>{0, 1, 0, 1, 1, 0, 1}));
+  for (int world : {1, 2, 3, 5}) {
+    const auto owner = keel::zero_owners(numels, world);
+    std::vector<int64_t> load(static_cast<size_t>(world), 0);
+    for (size_t i = 0; i < numels.size(); ++i) {
+      ASSERT_GE(owner[i], 0);
+      ASSERT_LT(owner[i], world);
+      load[static_cast<size_t>(owner[i])] += numels[i];
+    }
+    const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+    EXPECT_LE(*hi - *lo, 100) << world << " ranks";
   }
 }
