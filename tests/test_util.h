@@ -6,8 +6,22 @@
 #include <vector>
 
 #include "config/choice.h"
+#include "distributed/dist_env.h"
 
 namespace keel_test {
+
+// Rank `rank` of a group of `world` on 127.0.0.1:port, as threads of one
+// test process form it (source "test": distributed, not from torchrun).
+inline keel::DistEnv thread_rank_env(int rank, int world, int port) {
+  keel::DistEnv env;
+  env.rank = rank;
+  env.world_size = world;
+  env.local_rank = rank;
+  env.local_world_size = world;
+  env.master_port = port;
+  env.source = "test";
+  return env;
+}
 
 // Runs `build/keel ARGS`, capturing stdout+stderr; returns the exit code.
 int run_keel(const std::string& args, std::string* output);

@@ -7,6 +7,8 @@
 
 #include <thread>
 
+#include "test_util.h"
+
 #include "distributed/grad_sync.h"
 #include "distributed/launcher.h"
 #include "distributed/process_group.h"
@@ -36,17 +38,7 @@ void set_weights(torch::nn::Linear& l1, torch::nn::Linear& l2) {
 }
 
 // A small MLP whose input depends on the rank, so each rank's gradient differs.
-// Rank `rank` of two, as threads of this process on 127.0.0.1:port.
-DistEnv two_rank_env(int rank, int port) {
-  DistEnv env;
-  env.rank = rank;
-  env.world_size = 2;
-  env.local_rank = rank;
-  env.local_world_size = 2;
-  env.master_port = port;
-  env.source = "test";
-  return env;
-}
+DistEnv two_rank_env(int rank, int port) { return keel_test::thread_rank_env(rank, 2, port); }
 
 RankResult run_rank(int rank, int port, double bucket_mb, bool overlap, int micro_steps) {
   Dist dist(two_rank_env(rank, port), keel::DistBackend::gloo, 30);

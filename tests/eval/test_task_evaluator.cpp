@@ -111,14 +111,7 @@ TEST(TaskEvaluator, TwoGlooRanksGiveExactlyOneRanksScores) {
   std::string out0, out1;
   auto rank = [&](int r, Transformer& model, std::string* out) {
     torch::set_num_threads(1);  // per thread (OpenMP)
-    DistEnv env;
-    env.rank = r;
-    env.world_size = 2;
-    env.local_rank = r;
-    env.local_world_size = 2;
-    env.master_port = port;
-    env.source = "test";
-    Dist dist(env, DistBackend::gloo, 30);
+    Dist dist(thread_rank_env(r, 2, port), DistBackend::gloo, 30);
     TaskEvaluator ev(tasks(), tok(), tiny_model().max_seq_len, 4, &dist, ComputeSetup{});
     ev.evaluate(model);
     *out = ev.examples_jsonl(0) + ev.examples_jsonl(1) + ev.last().dump();
