@@ -13,4 +13,8 @@ namespace keel {
 // to *skipped ("<path>: <why>") when given.
 std::string resolve_checkpoint_dir(const std::string& path, std::vector<std::string>* skipped = nullptr);
 
+// The same for a command: each skipped checkpoint is reported on stderr
+// ("keel: skipping invalid checkpoint <path>: <why>").
+std::string resolve_checkpoint_for_command(const std::string& path);
+
 }  // namespace keel

@@ -43,9 +43,7 @@ std::string with_stderr(const nlohmann::json& m, const std::string& key) {
 }
 
 int run_eval(const EvalArgs& a) {
-  std::vector<std::string> rejected;
-  const std::string dir = resolve_checkpoint_dir(a.path, &rejected);
-  for (const auto& r : rejected) std::cerr << "keel: skipping invalid checkpoint " << r << "\n";
+  const std::string dir = resolve_checkpoint_for_command(a.path);
   Config cfg = checkpoint_config(dir);
   if (!a.tasks.empty()) cfg.eval.tasks = a.tasks;
   if (!a.data_dir.empty()) cfg.data.dir = a.data_dir;

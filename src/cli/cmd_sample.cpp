@@ -14,17 +14,10 @@
 
 namespace keel {
 
-// A run directory resolves to its newest valid checkpoint.
-static std::string resolve_checkpoint(const std::string& path) {
-  std::vector<std::string> rejected;
-  std::string dir = resolve_checkpoint_dir(path, &rejected);
-  for (const auto& r : rejected) std::cerr << "keel: skipping invalid checkpoint " << r << "\n";
-  return dir;
-}
 
 static int run_sample(const std::string& path, const std::string& prompt, const SampleOptions& options) {
   {
-    const std::string dir = resolve_checkpoint(path);
+    const std::string dir = resolve_checkpoint_for_command(path);  // a run directory: its newest valid one
     Config config = checkpoint_config(dir);
     Transformer model(config.model);
     load_training_checkpoint(dir, model, nullptr, nullptr);

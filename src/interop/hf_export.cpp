@@ -70,9 +70,7 @@ TensorMap hf_tensors(Transformer& model, const ModelConfig& m, HfFamily family, 
 
 HfExportResult export_hf(const std::string& checkpoint, const std::string& out_dir, const HfExportOptions& options) {
   HfExportResult result;
-  std::vector<std::string> skipped;
-  result.checkpoint_dir = resolve_checkpoint_dir(checkpoint, &skipped);
-  for (const auto& s : skipped) std::cerr << "keel: skipping invalid checkpoint " << s << "\n";
+  result.checkpoint_dir = resolve_checkpoint_for_command(checkpoint);
   const std::string& dir = result.checkpoint_dir;
   const torch::Dtype dtype = export_dtype(options.dtype);
 

@@ -8,12 +8,17 @@
 
 namespace keel {
 
-std::string eval_set_name(const Config& cfg, size_t i) {
-  std::string entry = cfg.eval.sets[i];
+namespace {
+std::string set_base_name(std::string entry) {
   while (entry.size() > 1 && entry.back() == '/') entry.pop_back();
-  std::string name = base_name(entry);
+  return base_name(entry);
+}
+}  // namespace
+
+std::string eval_set_name(const Config& cfg, size_t i) {
+  const std::string name = set_base_name(cfg.eval.sets[i]);
   for (size_t j = 0; j < i; ++j)  // two sets of one base name: the later one numbered
-    if (eval_set_name(cfg, j) == name) return name + "_" + std::to_string(i);
+    if (set_base_name(cfg.eval.sets[j]) == name) return name + "_" + std::to_string(i);
   return name;
 }
 

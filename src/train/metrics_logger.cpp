@@ -52,19 +52,18 @@ MetricsLogger::Interval MetricsLogger::close_interval() {
 void MetricsLogger::log(const StepPlan& plan, const Interval& in, const DeviceCounters::Values& c,
                         const StepReport& r, std::optional<double> val_loss, const nlohmann::json& spike_score,
                         const nlohmann::json& evals) {
-  write(plan, in, c, evals, r, val_loss, spike_score, "");
+  write(plan, in, c, r, val_loss, spike_score, evals, "");
   interval_start_ = Clock::now();  // evaluation and logging count toward neither interval
 }
 
 void MetricsLogger::log_stop(const StepPlan& plan, const DeviceCounters::Values& c, const StepReport& r,
                              const std::string& why) {
-  write(plan, open_interval(), c, nlohmann::json(), r, std::nullopt, nlohmann::json(), why);
+  write(plan, open_interval(), c, r, std::nullopt, nlohmann::json(), nlohmann::json(), why);
 }
 
 void MetricsLogger::write(const StepPlan& plan, const Interval& in, const DeviceCounters::Values& c,
-                          const nlohmann::json& evals,
                           const StepReport& r, std::optional<double> val_loss, const nlohmann::json& spike_score,
-                          const std::string& why) {
+                          const nlohmann::json& evals, const std::string& why) {
   const bool regular = why.empty();
   const int64_t step = plan.step;
   // Sums over every step since the previous record; times over the steps this process ran.

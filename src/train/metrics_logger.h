@@ -104,9 +104,8 @@ class MetricsLogger {
   Interval open_interval() const;
   // The record and progress line of a regular record (why empty) or a stop record.
   void write(const StepPlan& plan, const Interval& interval, const DeviceCounters::Values& counters,
-             const nlohmann::json& evals,
              const StepReport& report, std::optional<double> val_loss, const nlohmann::json& spike_score,
-             const std::string& why);
+             const nlohmann::json& evals, const std::string& why);
 };
 
 }  // namespace keel

@@ -13,6 +13,7 @@
 #include "distributed/launcher.h"
 #include "eval/builtin_task.h"
 #include "eval/task_evaluator.h"
+#include "train/evaluator.h"
 #include "model/init.h"
 #include "test_util.h"
 
@@ -148,4 +149,14 @@ TEST(TaskEvaluator, Bf16AutocastScoresCloseToFp32) {
     EXPECT_LT(worst, 0.02) << "task " << t;  // bf16 keeps 8 bits of mantissa
     EXPECT_TRUE(differs) << "task " << t << ": bf16 gave the fp32 numbers exactly (autocast not applied?)";
   }
+}
+
+// eval.sets names: the base name, a later set of the same base name numbered.
+TEST(HeldOutSets, NamesAreBaseNamesMadeUnique) {
+  Config cfg;
+  cfg.eval.sets = {"/d/a/web", "/d/b/web/", "/d/code.jsonl.zst", "web"};
+  EXPECT_EQ(eval_set_name(cfg, 0), "web");
+  EXPECT_EQ(eval_set_name(cfg, 1), "web_1");
+  EXPECT_EQ(eval_set_name(cfg, 2), "code.jsonl.zst");
+  EXPECT_EQ(eval_set_name(cfg, 3), "web_3");
 }
