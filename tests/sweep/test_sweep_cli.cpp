@@ -78,6 +78,18 @@ class SweepCli : public ::testing::Test {
 
 const std::vector<std::string> kPoints = {"none_lr=1e-3", "none_lr=1e-2", "rms_lr=1e-3", "rms_lr=1e-2"};
 
+// A sweep directory of one point, lr=1e-3 (its run files are the caller's),
+// as keel sweep would have written its manifest.
+void write_one_point_sweep(const std::string& sweep, const std::string& name, int max_steps) {
+  keel::ensure_directory(sweep + "/lr=1e-3");
+  write_file(sweep + "/sweep.json",
+             R"({"format": "keel-sweep", "version": 1, "name": ")" + name +
+                 R"(", "axes": [{"key": "train.lr", "short": "lr", "values": [{"label": "1e-3", "overrides":)"
+                 R"( ["train.lr=1e-3"]}]}], "config": {}, "points": [{"name": "lr=1e-3", "active": true, "labels":)"
+                 R"( {"train.lr": "1e-3"}, "max_steps": )" + std::to_string(max_steps) +
+                 R"(, "lr": 0.001, "seed": 1, "differs": {}}], "sessions": []})");
+}
+
 }  // namespace
 
 TEST_F(SweepCli, TinyGridRunsAndTheReportBuilds) {
@@ -621,12 +633,7 @@ TEST_F(SweepCli, CompareAndReportShowTaskAccuracy) {
 
   // keel report: the same columns in its point table and summary.csv.
   const std::string sweep = g_dir + "/tasks_sweep";
-  keel::ensure_directory(sweep + "/lr=1e-3");
-  write_file(sweep + "/sweep.json",
-             R"({"format": "keel-sweep", "version": 1, "name": "tasks", "axes": [{"key": "train.lr", "short": "lr",)"
-             R"( "values": [{"label": "1e-3", "overrides": ["train.lr=1e-3"]}]}], "config": {}, "points": [{"name":)"
-             R"( "lr=1e-3", "active": true, "labels": {"train.lr": "1e-3"}, "max_steps": 20, "lr": 0.001, "seed": 1,)"
-             R"( "differs": {}}], "sessions": []})");
+  write_one_point_sweep(sweep, "tasks", 20);
   write_file(sweep + "/lr=1e-3/metrics.jsonl", read_file(runs + "/done/metrics.jsonl"));
   write_file(sweep + "/lr=1e-3/summary.json", read_file(runs + "/done/summary.json"));
   ASSERT_EQ(run_keel("report " + sweep + " --no-plots", &log), 0) << log;
@@ -718,12 +725,7 @@ TEST_F(SweepCli, DamagedRunFilesAreErrorsNamingThemBeforeAnyPlot) {
 
   // keel report reads the same files through the sweep's manifest.
   const std::string sweep = g_dir + "/damaged_sweep";
-  keel::ensure_directory(sweep + "/lr=1e-3");
-  write_file(sweep + "/sweep.json",
-             R"({"format": "keel-sweep", "version": 1, "name": "damaged", "axes": [{"key": "train.lr", "short": "lr",)"
-             R"( "values": [{"label": "1e-3", "overrides": ["train.lr=1e-3"]}]}], "config": {}, "points": [{"name":)"
-             R"( "lr=1e-3", "active": true, "labels": {"train.lr": "1e-3"}, "max_steps": 6, "lr": 0.001, "seed": 1,)"
-             R"( "differs": {}}], "sessions": []})");
+  write_one_point_sweep(sweep, "damaged", 6);
   write_file(sweep + "/lr=1e-3/metrics.jsonl", good);
   write_file(sweep + "/lr=1e-3/summary.json", "{\"stopped_by\": \"completed\", \"steps\": -5}");
   EXPECT_EQ(run_keel("report " + sweep + " --no-plots", &log), 2) << log;
