@@ -38,6 +38,7 @@ set(KEEL_TENSOR_SOURCES
   src/train/init_from.cpp
   src/train/metrics_logger.cpp
   src/train/model_stats.cpp
+  src/optim/grad_norms.cpp
   src/optim/muon.cpp
   src/train/op_counter.cpp
   src/optim/optimizer.cpp

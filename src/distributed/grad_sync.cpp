@@ -4,15 +4,21 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
 
 namespace keel {
 
-GradSync::GradSync(const std::vector<torch::Tensor>& params, Dist& dist, double bucket_mb, bool overlap)
-    : params_(params), dist_(dist), overlap_(overlap), bucket_of_(params.size()),
+GradSync::GradSync(const std::vector<torch::Tensor>& params, Dist& dist, double bucket_mb, bool overlap,
+                   std::vector<int> owners)
+    : params_(params), owners_(std::move(owners)), dist_(dist), overlap_(overlap), bucket_of_(params.size()),
       cap_bytes_(std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024))) {
+  if (!owners_.empty() && owners_.size() != params_.size())
+    throw std::logic_error("GradSync: one owner per parameter");
+  for (int r : owners_)
+    if (r < 0 || r >= dist_.world()) throw std::logic_error("GradSync: an owner outside the ranks");
   // First guess: reverse registration order. The first step records the
   // order backward really produces gradients in, and finish() rebuilds the
   // buckets in that order (rank 0's, so every rank agrees).
@@ -49,13 +55,24 @@ void GradSync::build_buckets(const std::vector<size_t>& order) {
     bytes += p.numel() * p.element_size();
   }
   for (auto& b : buckets_) {
+    // Sharded: each owner's parameters side by side (in bucket order), so that its piece is one slice.
+    if (sharded())
+      std::stable_sort(b.params.begin(), b.params.end(), [&](size_t x, size_t y) { return owners_[x] < owners_[y]; });
     int64_t n = 0;
     for (size_t k : b.params) n += params_[k].numel();
     b.flat = torch::zeros({n}, b.flat.options());
+    std::vector<int64_t> piece(static_cast<size_t>(dist_.world()), 0);
     int64_t offset = 0;
     for (size_t k : b.params) {
       b.views.push_back(b.flat.narrow(0, offset, params_[k].numel()).view(params_[k].sizes()));
       offset += params_[k].numel();
+      if (sharded()) piece[static_cast<size_t>(owners_[k])] += params_[k].numel();
+    }
+    if (!sharded()) continue;
+    offset = 0;
+    for (int64_t size : piece) {
+      b.pieces.push_back(b.flat.narrow(0, offset, size));
+      offset += size;
     }
   }
 }
@@ -93,7 +110,7 @@ void GradSync::launch(Bucket& b) {
   // Sum of (g / world) over ranks = the mean gradient; dividing first keeps
   // the sum in range for low-precision gradients, as DDP does.
   b.flat.div_(static_cast<double>(dist_.world()));
-  b.work = dist_.all_reduce_sum_async(b.flat);
+  b.work = sharded() ? dist_.reduce_scatter_sum_async(b.pieces) : dist_.all_reduce_sum_async(b.flat);
   b.launched = true;
   launch_log_.push_back(b.params);
 }
@@ -113,7 +130,7 @@ double GradSync::finish() {
     launch_ready_buckets(/*from_hook=*/false);
   }
   auto t0 = std::chrono::steady_clock::now();
-  for (auto& b : buckets_) dist_.wait(b.work, "the gradient all-reduce");
+  for (auto& b : buckets_) dist_.wait(b.work, sharded() ? "the gradient reduce-scatter" : "the gradient all-reduce");
   const double waited = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (overlap_ && !order_learned_) adopt_ready_order();
   return waited;

@@ -11,6 +11,14 @@
 // all-reduced at once while backward goes on with the layers below it.
 // Buckets are launched strictly in index order so every rank issues the same
 // collectives in the same order (NCCL requires it).
+//
+// ZeRO-1 (optim/zero.h) passes each parameter's owning rank: a bucket's
+// buffer then holds its parameters grouped by owner, one piece per rank, and
+// is reduce-scattered instead of all-reduced, so each rank receives the mean
+// gradient of the parameters it updates only (Rajbhandari et al. 2020). The
+// other parameters' .grad keep this rank's own, unreduced gradients; readers
+// of every gradient (the norm, clipping, statistics) go through
+// optim/grad_norms.h, which takes each norm from its owner.
 #pragma once
 
 #include <torch/torch.h>
@@ -31,7 +39,9 @@ class GradSync {
  public:
   // overlap=false: no hooks; finish() all-reduces every bucket after backward
   // (the simple scheme, kept to measure what overlap buys).
-  GradSync(const std::vector<torch::Tensor>& params, Dist& dist, double bucket_mb, bool overlap);
+  // `owners` (empty, or one rank per parameter): reduce-scatter to the owners.
+  GradSync(const std::vector<torch::Tensor>& params, Dist& dist, double bucket_mb, bool overlap,
+           std::vector<int> owners = {});
   ~GradSync();
 
   // Zeroes the buffers and points each parameter's .grad at its slice.
@@ -45,6 +55,7 @@ class GradSync {
   double finish();
 
   size_t bucket_count() const { return buckets_.size(); }
+  bool sharded() const { return !owners_.empty(); }
   int64_t launched_from_hooks() const { return launched_from_hooks_; }  // in the last step
   // The parameter indices of each bucket, in the order the last step launched them.
   const std::vector<std::vector<size_t>>& launch_log() const { return launch_log_; }
@@ -54,6 +65,7 @@ class GradSync {
     torch::Tensor flat;
     std::vector<size_t> params;
     std::vector<torch::Tensor> views;
+    std::vector<torch::Tensor> pieces;  // sharded: flat's slice of each rank's parameters, by rank
     int64_t pending = 0;
     bool launched = false;
     Dist::Work work;
@@ -65,6 +77,7 @@ class GradSync {
   void adopt_ready_order();
 
   std::vector<torch::Tensor> params_;
+  std::vector<int> owners_;  // per parameter, or empty (all-reduce)
   Dist& dist_;
   bool overlap_;
   std::vector<Bucket> buckets_;

@@ -274,6 +274,17 @@ Dist::Work Dist::all_reduce_sum_async(torch::Tensor& t) {
   return launch([&] { return h_->backend->allreduce(v, reduce_op(c10d::ReduceOp::SUM)); }, "the gradient all-reduce");
 }
 
+Dist::Work Dist::reduce_scatter_sum_async(std::vector<torch::Tensor>& pieces) {
+  if (!distributed()) return Work();
+  if (static_cast<int>(pieces.size()) != world())
+    throw std::logic_error("reduce_scatter_sum_async: one piece per rank");
+  std::vector<torch::Tensor> out{pieces[static_cast<size_t>(rank())]};
+  std::vector<std::vector<torch::Tensor>> in{pieces};
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+  return launch([&] { return h_->backend->reduce_scatter(out, in, o); }, "the gradient reduce-scatter");
+}
+
 void Dist::broadcast(std::vector<torch::Tensor>& tensors, int root, const char* what) {
   if (!distributed() || tensors.empty()) return;
   // One flat buffer per dtype keeps it to a few collectives.

@@ -56,6 +56,11 @@ class Dist {
   // Starts a sum all-reduce and returns at once; wait() it later.
   using Work = c10::intrusive_ptr<c10d::Work>;
   Work all_reduce_sum_async(torch::Tensor& t);
+  // Starts a sum reduce-scatter in place: `pieces` (one per rank, of any
+  // sizes, the same on every rank) are summed over ranks, and this rank's
+  // piece, pieces[rank()], receives its sum; the others are left as they
+  // were. Gloo and NCCL both take uneven pieces (NCCL as grouped reduces).
+  Work reduce_scatter_sum_async(std::vector<torch::Tensor>& pieces);
   // Waits for `work` (see host_waits_for_collectives); throws PeerFailure
   // naming `what` when it failed.
   void wait(const Work& work, const char* what);

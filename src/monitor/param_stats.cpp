@@ -4,6 +4,8 @@
 #include <iterator>
 #include <map>
 
+#include "optim/grad_norms.h"
+
 namespace keel {
 
 namespace {
@@ -24,7 +26,6 @@ nlohmann::json param_stats(const Optimizer& optimizer, const std::vector<torch::
   };
   auto rms = [](const torch::Tensor& t) { return t.to(torch::kFloat32).pow(2).mean().sqrt(); };
   std::vector<torch::Tensor> rows;
-  std::vector<bool> has_moments;
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
     const auto w = p.param.detach();
@@ -32,8 +33,8 @@ nlohmann::json param_stats(const Optimizer& optimizer, const std::vector<torch::
     const auto g = p.param.grad();
     std::vector<torch::Tensor> row = {g.defined() ? rms(g) : nan, rms(w), rms(w - before[i])};
     const auto m = find("exp_avg." + p.name), v = find("exp_avg_sq." + p.name), step = find("step." + p.name);
-    has_moments.push_back(m.defined() && v.defined() && step.defined());
-    if (has_moments.back()) {
+    const bool has_moments = m.defined() && v.defined() && step.defined();
+    if (has_moments) {
       // √v̂ with Adam's bias correction at this tensor's own step count.
       const auto t = step.to(torch::kFloat32).to(w.device());
       const auto v_hat = v.to(torch::kFloat32) / (1.0 - torch::pow(torch::full({}, beta2, t.options()), t));
@@ -57,11 +58,14 @@ nlohmann::json param_stats(const Optimizer& optimizer, const std::vector<torch::
       }
       row.push_back(v.defined() ? v.reshape({}) : nan);
     }
+    row.push_back(torch::full({}, has_moments ? 1.0 : 0.0, w.options().dtype(torch::kFloat32)));
     rows.push_back(torch::stack(row));
   }
   nlohmann::json out = nlohmann::json::object();
   if (rows.empty()) return out;
-  const auto host = torch::stack(rows).to(torch::kFloat64).cpu();  // the one sync
+  // ZeRO-1: a parameter's gradient and moments are whole on its owner only.
+  const auto host = rows_from_owners(torch::stack(rows), optimizer.grad_shard()).to(torch::kFloat64).cpu();  // the one sync
+  const int64_t has_moments_col = host.size(1) - 1;
   const auto a = host.accessor<double, 2>();
   for (size_t i = 0; i < params.size(); ++i) {
     const auto r = static_cast<int64_t>(i);
@@ -74,7 +78,7 @@ nlohmann::json param_stats(const Optimizer& optimizer, const std::vector<torch::
     if (std::isfinite(a[r][3])) put("m_rms", a[r][3]);
     for (size_t k = 0; k < std::size(kStepStats); ++k)
       if (std::isfinite(a[r][6 + static_cast<int64_t>(k)])) put(kStepStats[k], a[r][6 + static_cast<int64_t>(k)]);
-    if (has_moments[i]) {
+    if (a[r][has_moments_col] > 0.5) {
       put("v_below_eps", a[r][4]);
       put("v_below_10eps", a[r][5]);
     }

@@ -149,22 +149,6 @@ void AdamW::load_state(const std::vector<std::pair<std::string, torch::Tensor>>&
   }
 }
 
-torch::Tensor clip_grad_norm(const std::vector<NamedParam>& params, double max_norm) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : params)
-    if (p.param.grad().defined()) grads.push_back(p.param.grad());
-  if (grads.empty()) return torch::zeros({});
-  auto norms = torch::_foreach_norm(grads, 2.0, norm_dtype(grads));
-  auto total = torch::stack(norms).norm(2.0);
-  if (max_norm > 0) {
-    // min(1, max_norm / (norm + 1e-6)) as a device tensor (torch's clip_grad_norm_ formula).
-    auto coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
-    torch::_foreach_mul_(grads, coef);
-  }
-  return total;
-}
-
 std::string AdamW::graph_capture_obstacle() const {
   return fused_ ? "" : "train.optimizer_impl: reference reads the learning rate on the host every step";
 }

@@ -36,6 +36,8 @@ struct NamedParam {
 // train.decay_embeddings) the embedding get no weight decay.
 bool wants_weight_decay(const std::string& name, const TrainConfig& t);
 
+struct GradShard;  // optim/grad_norms.h
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -58,6 +60,9 @@ class Optimizer {
   // Why step(lr tensor) cannot be captured in a CUDA graph (it reads the
   // host in the middle of the step), or empty when it can.
   virtual std::string graph_capture_obstacle() const = 0;
+  // ZeRO-1: which parameters' gradients and state this rank holds
+  // (optim/grad_norms.h); null when it holds all of them.
+  virtual const GradShard* grad_shard() const { return nullptr; }
 
   // Monitor steps: while on, the next step() keeps statistics of the update
   // it computes that only the optimizer sees (Muon: the Newton–Schulz
@@ -111,8 +116,5 @@ class AdamW : public Optimizer {
 // The optimizer train.optimizer names over `params`; `head_dim` for Muon's per-head q/k/v.
 std::unique_ptr<Optimizer> make_optimizer(std::vector<NamedParam> params, const TrainConfig& t, int64_t head_dim);
 
-// Global L2 norm of all gradients, and (when max_norm > 0) scales them so the
-// norm is at most max_norm. Entirely on the device: no host sync.
-torch::Tensor clip_grad_norm(const std::vector<NamedParam>& params, double max_norm);
 
 }  // namespace keel

@@ -38,8 +38,11 @@ ShardedOptimizer::ShardedOptimizer(std::vector<NamedParam> params, Dist& dist, c
   for (const auto& p : params_) numels.push_back(p.param.numel());
   owner_ = zero_owners(numels, dist.world());
   std::vector<NamedParam> mine;
-  for (size_t i = 0; i < params_.size(); ++i)
+  for (size_t i = 0; i < params_.size(); ++i) {
+    shard_.owned.push_back(owner_[i] == dist.rank());
     if (owner_[i] == dist.rank()) mine.push_back(params_[i]);
+  }
+  shard_.sum = [this](torch::Tensor& t) { dist_.all_reduce_sum(t, "the ZeRO-1 per-parameter figures"); };
   owned_ = static_cast<int64_t>(mine.size());
   inner_ = make(std::move(mine));
   local_bytes_ = bytes_of(inner_->state());

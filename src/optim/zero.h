@@ -2,16 +2,20 @@
 // ZeroRedundancyOptimizer partitions: each parameter is dealt to one rank
 // (largest first, to the least loaded rank), and that rank alone keeps its
 // optimizer state and updates it. After each step every rank broadcasts the
-// parameters it updated. Muon's matrices stay whole on their rank, as its
-// Newton–Schulz iteration needs. The gradients are all-reduced as without
-// ZeRO (GradSync), so each owner updates from the same gradient a replicated
-// run sees: the same numbers, with 1/N of the optimizer state per rank.
+// parameters it updated (an all-gather of uneven pieces, as one broadcast
+// per rank). Muon's matrices stay whole on their rank, as its Newton–Schulz
+// iteration needs. GradSync reduce-scatters the gradients to their owners
+// (owners()), so each owner updates from the mean gradient a replicated run
+// sees, and the gradient norm, clipping and statistics take each parameter's
+// figures from its owner (grad_shard(), optim/grad_norms.h): the same
+// numbers, with 1/N of the optimizer state per rank.
 #pragma once
 
 #include <functional>
 #include <memory>
 
 #include "distributed/process_group.h"
+#include "optim/grad_norms.h"
 #include "optim/optimizer.h"
 
 namespace keel {
@@ -38,6 +42,9 @@ class ShardedOptimizer : public Optimizer {
   std::string graph_capture_obstacle() const override {
     return "dist.zero: 1 broadcasts the updated parameters between ranks after the step";
   }
+  const GradShard* grad_shard() const override { return &shard_; }
+  // The rank that updates each of params().
+  const std::vector<int>& owners() const { return owner_; }
   // Bytes of optimizer state on this rank, and on all ranks together.
   int64_t local_state_bytes() const { return local_bytes_; }
   int64_t total_state_bytes() const { return total_bytes_; }
@@ -46,6 +53,7 @@ class ShardedOptimizer : public Optimizer {
   void share_updated_parameters();
   Dist& dist_;
   std::vector<int> owner_;                    // per parameter of params_
+  GradShard shard_;
   std::unique_ptr<Optimizer> inner_;          // over this rank's parameters
   std::vector<std::pair<std::string, torch::Tensor>> gathered_;
   int64_t local_bytes_ = 0, total_bytes_ = 0, owned_ = 0;

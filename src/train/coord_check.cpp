@@ -5,6 +5,7 @@
 
 #include "model/init.h"
 #include "model/transformer.h"
+#include "optim/grad_norms.h"
 #include "optim/optimizer.h"
 #include "train/training_setup.h"
 #include "util/error.h"

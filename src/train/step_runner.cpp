@@ -4,6 +4,7 @@
 
 #include "config/schema.h"
 #include "model/chunked_loss.h"
+#include "optim/grad_norms.h"
 #include "util/log.h"
 
 #ifdef KEEL_WITH_CUDA
@@ -131,7 +132,7 @@ StepLosses StepRunner::forward_backward(const DeviceBatch& batch, const MicroHoo
 
 StepClip StepRunner::clip(const torch::Tensor& loss) const {
   StepClip out;
-  out.grad_norm = clip_grad_norm(optimizer_.params(), cfg_.train.grad_clip);
+  out.grad_norm = clip_grad_norm(optimizer_.params(), cfg_.train.grad_clip, optimizer_.grad_shard());
   // A non-finite loss or gradient skips the update on the device, no sync.
   out.found_inf = 1.0 - (torch::isfinite(out.grad_norm) & torch::isfinite(loss)).to(torch::kFloat32);
   return out;

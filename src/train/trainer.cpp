@@ -20,6 +20,7 @@
 #include "model/parametrization.h"
 #include "train/model_stats.h"
 #include "monitor/param_stats.h"
+#include "optim/grad_norms.h"
 #include "optim/qk_clip.h"
 #include "optim/schedule.h"
 #include "train/trainer_impl.h"
@@ -241,10 +242,12 @@ void Trainer::print_settings() {
     for (const auto& line : mix->describe(t.max_steps * g.global_batch)) row("", line);
   }
   if (dist_->distributed())
-    row("data parallel", strf("%d ranks, %s (%s env), %lld seq/rank, %zu buckets <= %g MiB, %s", dist_->world(),
+    row("data parallel", strf("%d ranks, %s (%s env), %lld seq/rank, %zu buckets <= %g MiB, %s %s", dist_->world(),
                               name_of(dist_->backend()).c_str(), dist_->env().source.c_str(),
                               static_cast<long long>(g.rows_per_rank), grad_sync_->bucket_count(),
-                              cfg_.dist.bucket_mb, cfg_.dist.overlap ? "overlapped" : "after backward"));
+                              cfg_.dist.bucket_mb,
+                              grad_sync_->sharded() ? "reduce-scattered to their owners" : "all-reduced",
+                              cfg_.dist.overlap ? "overlapped" : "after backward"));
   row("attention", parts_.model->attention_kernel(g.micro_batch, g.seq_len, compute_.device,
                                                   compute_.bf16_autocast ? torch::kBFloat16 : torch::kFloat32) +
                        " (SDPA tries " + compute_.attention_order + ")");
@@ -279,7 +282,9 @@ StepReport Trainer::train_step(const StepPlan& plan) {
   StepReport report;
   report.lr = lr_at(cfg_.train, index);
   std::vector<torch::Tensor> before;  // logged and monitor steps: the weights before the update
-  const bool param_stats = plan.monitor && rank0() && cfg_.monitor.param_stats;
+  // Rank 0 logs them; under ZeRO-1 every rank holds some parameters' figures (a collective).
+  const bool param_stats =
+      plan.monitor && cfg_.monitor.param_stats && (rank0() || parts_.optimizer->grad_shard() != nullptr);
   if (plan.log || param_stats) {
     torch::NoGradGuard no_grad;
     for (const auto& p : parts_.optimizer->params()) before.push_back(p.param.detach().clone());
@@ -363,17 +368,19 @@ void Trainer::measure_update(const std::vector<torch::Tensor>& before, StepRepor
 // (embedding, final norm, head), before clipping.
 nlohmann::json Trainer::per_layer_grad_norms() {
   torch::NoGradGuard no_grad;
-  std::vector<std::vector<torch::Tensor>> groups(cfg_.model.n_layers + 1);
-  for (const auto& p : parts_.optimizer->params()) {
-    if (!p.param.grad().defined()) continue;
+  const auto& params = parts_.optimizer->params();
+  const GradNorms each = grad_norms(params, parts_.optimizer->grad_shard());  // ZeRO-1: from their owners
+  std::vector<std::vector<int64_t>> groups(cfg_.model.n_layers + 1);
+  for (size_t j = 0; j < each.index.size(); ++j) {
+    const auto& name = params[each.index[j]].name;
     size_t g = groups.size() - 1;
-    if (starts_with(p.name, "blocks.")) g = std::stoul(p.name.substr(7, p.name.find('.', 7) - 7));
-    groups[g].push_back(p.param.grad());
+    if (starts_with(name, "blocks.")) g = std::stoul(name.substr(7, name.find('.', 7) - 7));
+    groups[g].push_back(static_cast<int64_t>(j));
   }
   std::vector<torch::Tensor> norms;
   for (const auto& g : groups)
     norms.push_back(g.empty() ? torch::zeros({}, torch::TensorOptions().device(compute_.device))
-                              : torch::stack(torch::_foreach_norm(g, 2.0, norm_dtype(g))).norm());
+                              : each.norms.index_select(0, torch::tensor(g).to(each.norms.device())).norm());
   auto host = torch::stack(norms).to(torch::kFloat64).cpu();  // sync point
   nlohmann::json out = {{"blocks", nlohmann::json::array()}, {"other", host[cfg_.model.n_layers].item<double>()}};
   for (int64_t i = 0; i < cfg_.model.n_layers; ++i) out["blocks"].push_back(host[i].item<double>());

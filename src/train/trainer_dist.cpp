@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "config/config.h"
+#include "optim/zero.h"
 #include "train/run_dir.h"
 #include "train/train_state.h"
 #include "train/trainer_impl.h"
@@ -63,9 +64,15 @@ void Trainer::check_config_matches_rank0() {
 void Trainer::setup_data_parallel() {
   if (!dist_->distributed()) return;
   std::vector<torch::Tensor> params;
-  for (const auto& p : parts_.optimizer->params())
-    if (p.param.requires_grad()) params.push_back(p.param);
-  grad_sync_ = std::make_unique<GradSync>(params, *dist_, cfg_.dist.bucket_mb, cfg_.dist.overlap);
+  std::vector<int> owners;  // ZeRO-1: gradients are reduce-scattered to the rank that updates them
+  const auto* sharded = dynamic_cast<const ShardedOptimizer*>(parts_.optimizer.get());
+  for (size_t i = 0; i < parts_.optimizer->params().size(); ++i) {
+    const auto& p = parts_.optimizer->params()[i];
+    if (!p.param.requires_grad()) continue;
+    params.push_back(p.param);
+    if (sharded) owners.push_back(sharded->owners()[i]);
+  }
+  grad_sync_ = std::make_unique<GradSync>(params, *dist_, cfg_.dist.bucket_mb, cfg_.dist.overlap, std::move(owners));
   broadcast_parameters();
 }
 

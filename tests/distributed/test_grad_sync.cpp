@@ -40,14 +40,15 @@ void set_weights(torch::nn::Linear& l1, torch::nn::Linear& l2) {
 // A small MLP whose input depends on the rank, so each rank's gradient differs.
 DistEnv two_rank_env(int rank, int port) { return keel_test::thread_rank_env(rank, 2, port); }
 
-RankResult run_rank(int rank, int port, double bucket_mb, bool overlap, int micro_steps) {
+RankResult run_rank(int rank, int port, double bucket_mb, bool overlap, int micro_steps,
+                    std::vector<int> owners = {}) {
   Dist dist(two_rank_env(rank, port), keel::DistBackend::gloo, 30);
   auto l1 = torch::nn::Linear(8, 16), l2 = torch::nn::Linear(16, 4);
   set_weights(l1, l2);  // the same on both ranks
   std::vector<torch::Tensor> params;
   for (auto& p : l1->parameters()) params.push_back(p);
   for (auto& p : l2->parameters()) params.push_back(p);
-  GradSync sync(params, dist, bucket_mb, overlap);
+  GradSync sync(params, dist, bucket_mb, overlap, owners);
   sync.zero_grad();
   for (int m = 0; m < micro_steps; ++m) {
     if (m == micro_steps - 1) sync.arm();
@@ -112,6 +113,31 @@ TEST(GradSync, TinyBucketsLaunchFromHooks) {
 TEST(GradSync, AccumulationSyncsOnlyTheFinalGradient) { check(1e-7, true, 3, 4); }
 
 TEST(GradSync, WithoutOverlapAllReducesAfterBackward) { check(1e-7, false, 2, 4); }
+
+// ZeRO-1: reduce-scattered to owners that interleave in registration order
+// (so a bucket's buffer is regrouped by owner), in one bucket and in one per
+// tensor; each owner ends with the mean gradient of its parameters, bit for
+// bit the all-reduce's (a sum of two).
+TEST(GradSync, ShardedGivesEachOwnerTheMeanOfItsParameters) {
+  const std::vector<int> owners = {1, 0, 0, 1};
+  for (double bucket_mb : {25.0, 1e-7}) {
+    const int port = keel::find_free_port(), port2 = keel::find_free_port();
+    RankResult s0, s1, a0, a1;
+    std::thread t1([&] { s1 = run_rank(1, port, bucket_mb, true, 2, owners); });
+    s0 = run_rank(0, port, bucket_mb, true, 2, owners);
+    t1.join();
+    std::thread t2([&] { a1 = run_rank(1, port2, bucket_mb, true, 2); });
+    a0 = run_rank(0, port2, bucket_mb, true, 2);
+    t2.join();
+    for (size_t i = 0; i < owners.size(); ++i) {
+      const auto& mine = owners[i] == 0 ? s0.grads[i] : s1.grads[i];
+      const auto& other = owners[i] == 0 ? s1.grads[i] : s0.grads[i];
+      EXPECT_TRUE(torch::equal(mine, a0.grads[i])) << "param " << i << ", bucket_mb " << bucket_mb;
+      EXPECT_FALSE(torch::equal(other, a0.grads[i])) << "param " << i << " was reduced on a rank that does not own it";
+    }
+    EXPECT_EQ(s0.from_hooks, static_cast<int64_t>(s0.buckets));
+  }
+}
 
 namespace {
 

@@ -15,6 +15,7 @@
 #include "model/init.h"
 #include "test_util.h"
 #include "train/device.h"
+#include "optim/grad_norms.h"
 #include "optim/optimizer.h"
 #include "train/step_runner.h"
 #include "train/train_state.h"

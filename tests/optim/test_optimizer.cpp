@@ -7,6 +7,7 @@
 #include "model/init.h"
 #include "optim/optim_test_util.h"
 #include "test_util.h"
+#include "optim/grad_norms.h"
 #include "optim/optimizer.h"
 #include "optim/zero.h"
 #include "train/step_runner.h"
