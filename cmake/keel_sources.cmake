@@ -36,6 +36,7 @@ set(KEEL_TENSOR_SOURCES
   src/train/device_counters.cpp
   src/train/evaluator.cpp
   src/train/init_from.cpp
+  src/train/memory_plan.cpp
   src/train/metrics_logger.cpp
   src/train/model_stats.cpp
   src/optim/grad_norms.cpp
@@ -53,7 +54,7 @@ set(KEEL_TENSOR_SOURCES
   src/train/training_setup.cpp
 )
 # The command-line files that use LibTorch (keel_cli: the precompiled header for these only).
-set(KEEL_CLI_TENSOR_SOURCES src/cli/cmd_sample.cpp src/cli/cmd_eval.cpp src/cli/cmd_smoke.cpp src/cli/cmd_params.cpp
+set(KEEL_CLI_TENSOR_SOURCES src/cli/cmd_sample.cpp src/cli/cmd_eval.cpp src/cli/cmd_smoke.cpp src/cli/cmd_params.cpp src/cli/cmd_plan.cpp
     src/cli/cmd_coordcheck.cpp)
 # The tensor files that read files a user hands keel (safetensors, checkpoint
 # state): instrumented in the sanitizer build even where it reuses the rest

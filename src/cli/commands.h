@@ -31,6 +31,7 @@ Command add_export_hf_command(CLI::App& app);  // cmd_hf.cpp
 Command add_import_hf_command(CLI::App& app);  // cmd_hf.cpp
 Command add_bench_command(CLI::App& app);
 Command add_params_command(CLI::App& app);  // cmd_params.cpp
+Command add_plan_command(CLI::App& app);    // cmd_plan.cpp
 Command add_coordcheck_command(CLI::App& app);  // cmd_coordcheck.cpp
 Command add_tokenize_command(CLI::App& app);  // cmd_tokenize.cpp
 

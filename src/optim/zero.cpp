@@ -1,6 +1,8 @@
 #include "optim/zero.h"
 
 #include <algorithm>
+#include <map>
+#include <stdexcept>
 #include <numeric>
 #include <sstream>
 
@@ -20,6 +22,25 @@ std::vector<int> zero_owners(const std::vector<int64_t>& numels, int world) {
     load[static_cast<size_t>(r)] += numels[i];
   }
   return owner;
+}
+
+std::vector<int64_t> zero_state_bytes_by_rank(const Optimizer& optimizer, int world) {
+  std::vector<int64_t> numels;
+  std::map<std::string, size_t> index;
+  for (const auto& p : optimizer.params()) {
+    index.emplace(p.name, numels.size());
+    numels.push_back(p.param.numel());
+  }
+  const auto owner = zero_owners(numels, world);
+  std::vector<int64_t> bytes(static_cast<size_t>(std::max(world, 1)), 0);
+  // State entries are named "<kind>.<parameter>" (exp_avg.blocks.0.attn.wq).
+  for (const auto& [name, t] : optimizer.state()) {
+    const auto dot = name.find('.');
+    const auto it = dot == std::string::npos ? index.end() : index.find(name.substr(dot + 1));
+    if (it == index.end()) throw std::logic_error("optimizer state '" + name + "' names no parameter");
+    bytes[static_cast<size_t>(owner[it->second])] += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  return bytes;
 }
 
 namespace {

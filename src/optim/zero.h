@@ -24,6 +24,11 @@ namespace keel {
 // order) to the rank with the fewest elements so far (ties: the lowest).
 std::vector<int> zero_owners(const std::vector<int64_t>& numels, int world);
 
+// Bytes of `optimizer`'s state each of `world` ranks would keep under
+// dist.zero: 1, its tensors dealt by zero_owners (keel bench prints it from
+// one process; a sharded run's settings table prints its own rank's).
+std::vector<int64_t> zero_state_bytes_by_rank(const Optimizer& optimizer, int world);
+
 class ShardedOptimizer : public Optimizer {
  public:
   using Factory = std::function<std::unique_ptr<Optimizer>(std::vector<NamedParam>)>;

@@ -25,6 +25,7 @@
 #include "train/model_stats.h"
 #include "train/op_counter.h"
 #include "optim/optimizer.h"
+#include "optim/zero.h"
 #include "optim/qk_clip.h"
 #include "optim/schedule.h"
 #include "train/step_runner.h"
@@ -306,6 +307,17 @@ nlohmann::json Bench::run() {
   nlohmann::json monitor = monitor_cost(med);
   std::string mem_source;
   const int64_t peak_mem = peak_memory_bytes(&mem_source);
+  // Optimizer state per rank: replicated, and as dist.zero: 1 would deal it over N ranks (the largest share).
+  nlohmann::json zero_state = nlohmann::json::object();
+  int64_t state_bytes = 0;
+  for (int64_t b : zero_state_bytes_by_rank(*parts_.optimizer, 1)) state_bytes += b;
+  std::string zero_text;
+  for (int n : {2, 4, 8}) {
+    const auto shares = zero_state_bytes_by_rank(*parts_.optimizer, n);
+    const int64_t largest = *std::max_element(shares.begin(), shares.end());
+    zero_state[std::to_string(n)] = largest;
+    zero_text += strf("%s%.1f MiB on %d", zero_text.empty() ? "" : ", ", static_cast<double>(largest) / (1 << 20), n);
+  }
   double load[3] = {0, 0, 0};
   if (getloadavg(load, 3) != 3) load[0] = load[1] = load[2] = -1;
 
@@ -342,6 +354,8 @@ nlohmann::json Bench::run() {
       {"peak_source", compute_.peak_source},
       {"peak_memory_bytes", peak_mem},
       {"peak_memory_source", mem_source},
+      {"optimizer_state_bytes", state_bytes},
+      {"zero1_optimizer_state_bytes_per_rank", zero_state},
       {"breakdown_ms", breakdown},
       {"attention", {{"kernel", attention_kernel}, {"sdpa_order", compute_.attention_order}}},
       {"ops_per_step", ops},
@@ -354,7 +368,9 @@ nlohmann::json Bench::run() {
             << strf("  MFU        %.2f%% of %sFLOP/s (%s)\n", 100 * mfu, si(compute_.peak_flops).c_str(),
                     compute_.peak_source.c_str())
             << "             " << flops_convention() << "; " << si(parts_.size.flops_per_token) << "FLOPs/token\n"
-            << strf("  memory     peak %.1f MiB (%s)\n", static_cast<double>(peak_mem) / (1 << 20), mem_source.c_str());
+            << strf("  memory     peak %.1f MiB (%s)\n", static_cast<double>(peak_mem) / (1 << 20), mem_source.c_str())
+            << strf("  optimizer  state %.1f MiB per rank replicated; dist.zero 1: %s ranks (largest shard)\n",
+                    static_cast<double>(state_bytes) / (1 << 20), zero_text.c_str());
   if (!breakdown.is_null() && breakdown.contains("graph_replay"))
     std::cout << strf("  breakdown  data %.2f | CUDA graph replay (forward .. update) %.2f | other %.2f ms (median of "
                       "%zu steps; total %.2f)\n",

@@ -59,6 +59,17 @@ TEST(Bench, JsonRecordIsCompleteAndConsistent) {
   EXPECT_NEAR(mfu, r["flops_per_token"].get<double>() * r["tokens_per_s"].get<double>() / peak, 1e-9);
   EXPECT_NE(r["flops_convention"].get<std::string>().find("6*N"), std::string::npos);
   EXPECT_GT(r["peak_memory_bytes"].get<int64_t>(), 1 << 20);
+  // Optimizer state: AdamW's two fp32 moments and a float32 step per tensor;
+  // dist.zero 1 would keep at least an even share per rank, and on 2 ranks
+  // at most half plus the largest tensor's (the embedding: whole parameters).
+  const double state = r["optimizer_state_bytes"].get<double>(), params = r["parameters"].get<double>();
+  EXPECT_GT(state, 8 * params);
+  EXPECT_LT(state, 8 * params + 4096);
+  const auto& zero = r["zero1_optimizer_state_bytes_per_rank"];
+  for (const char* n : {"2", "4", "8"})
+    EXPECT_GE(zero[n].get<double>(), state / std::stod(n)) << n;
+  EXPECT_LE(zero["2"].get<double>(), state / 2 + 8.0 * 4096 * 128 + 4);
+  EXPECT_NE(out.find("dist.zero 1: "), std::string::npos) << out;
   // The phases add up to the breakdown step; that step is about a timed step
   // (loose bounds: the machine is shared, and each phase ends in a sync).
   const auto& b = r["breakdown_ms"];

@@ -1,0 +1,151 @@
+// keel plan's memory model (train/memory_plan.h): its fixed part equals the
+// bytes of the tensors a real model and optimizer hold, ZeRO-1's shard is the
+// largest rank's share as optim/zero.h deals it, the largest micro-batch is
+// the largest whose peak fits, and the activation part, per sequence, is
+// within 25% of the growth of the measured CPU peak (keel bench's max RSS)
+// from one sequence to three.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "config/config.h"
+#include "model/init.h"
+#include "optim/zero.h"
+#include "test_util.h"
+#include "train/memory_plan.h"
+#include "train/training_setup.h"
+
+using keel::Config;
+using keel::MemoryPlan;
+using keel::MemoryPlanOptions;
+
+namespace {
+
+Config bench_cpu(const std::vector<std::string>& overrides = {}) {
+  return keel::load_config(keel_test::source_path("configs/bench-cpu.yaml"), overrides);
+}
+
+double state_bytes(const keel::Optimizer& opt) {
+  double n = 0;
+  for (const auto& [name, t] : opt.state()) n += static_cast<double>(t.numel() * t.element_size());
+  return n;
+}
+
+}  // namespace
+
+TEST(MemoryPlan, FixedBytesAreThoseOfTheRealModelAndOptimizer) {
+  for (const std::string optimizer : {"adamw", "muon"}) {
+    Config cfg = bench_cpu({"train.optimizer=" + optimizer, "model.n_layers=2"});
+    auto model = keel::build_model(cfg.model, 1);
+    auto opt = keel::make_model_optimizer(model, cfg);
+    double weights = 0;
+    for (const auto& p : opt->params()) weights += static_cast<double>(p.param.numel() * p.param.element_size());
+    MemoryPlanOptions o;
+    o.cuda = false;
+    const MemoryPlan plan = keel::plan_memory(cfg, o);
+    EXPECT_EQ(plan.weights, weights) << optimizer;
+    EXPECT_EQ(plan.gradients, weights) << optimizer;
+    EXPECT_EQ(plan.optimizer_replicated, state_bytes(*opt)) << optimizer;
+    EXPECT_EQ(plan.optimizer_per_rank, plan.optimizer_replicated) << "one rank: nothing to shard";
+    EXPECT_EQ(plan.weight_casts, 0) << "fp32 on the CPU: no bf16 copies";
+  }
+}
+
+TEST(MemoryPlan, ZeroOneKeepsTheLargestRanksShare) {
+  for (const int ranks : {2, 3, 8}) {
+    Config cfg = bench_cpu({"dist.zero=1"});
+    MemoryPlanOptions o;
+    o.ranks = ranks;
+    const MemoryPlan plan = keel::plan_memory(cfg, o);
+    // At least an even share, and at most that plus the largest tensor's state (whole parameters).
+    EXPECT_GE(plan.optimizer_per_rank, plan.optimizer_replicated / ranks);
+    const double largest = 2.0 * 4 * cfg.model.padded_vocab() * cfg.model.d_model + 4;
+    EXPECT_LE(plan.optimizer_per_rank, plan.optimizer_replicated / ranks + largest) << ranks;
+    cfg.dist.zero = 0;
+    EXPECT_EQ(keel::plan_memory(cfg, o).optimizer_per_rank, plan.optimizer_replicated) << "replicated";
+  }
+}
+
+TEST(MemoryPlan, CudaCountsBf16CastsAndTheLargestMicroBatchFits) {
+  Config cfg = keel::load_config(keel_test::source_path("configs/gpt2-124m.yaml"), {});
+  MemoryPlanOptions o;  // CUDA, bf16 autocast
+  const MemoryPlan plan = keel::plan_memory(cfg, o);
+  EXPECT_EQ(plan.precision, "bf16 autocast");
+  EXPECT_EQ(plan.weight_casts, 2.0 * static_cast<double>(plan.matmul_params));
+  for (double gib : {24.0, 48.0, 80.0}) {
+    const int64_t b = plan.max_micro_batch(gib);
+    ASSERT_GT(b, 0) << gib;
+    EXPECT_LE(plan.peak_bytes(b), MemoryPlan::usable_bytes(gib, true)) << gib;
+    EXPECT_GT(plan.peak_bytes(b + 1), MemoryPlan::usable_bytes(gib, true)) << gib;
+  }
+  EXPECT_EQ(plan.max_micro_batch(1.0), 0) << "1 GiB holds not even the CUDA context";
+  // Checkpointing keeps less per sequence, so more sequences fit.
+  cfg.train.activation_checkpointing = keel::ActivationCheckpointing::full;
+  const MemoryPlan full = keel::plan_memory(cfg, o);
+  EXPECT_LT(full.saved_per_seq + full.transient_per_seq, (plan.saved_per_seq + plan.transient_per_seq) / 2);
+  EXPECT_GT(full.max_micro_batch(80), plan.max_micro_batch(80));
+}
+
+namespace {
+
+double measured_peak_mib(const std::string& mode, int batch) {
+  const std::string json = keel_test::make_temp_dir("memory_plan") + "/bench.json";
+  std::string out;
+  const int rc = keel_test::run_keel(
+      "bench " + keel_test::source_path("configs/bench-cpu.yaml") + " --random-data --set train.batch_size=" +
+          std::to_string(batch) + " --set train.micro_batch_size=" + std::to_string(batch) +
+          " --set train.activation_checkpointing=" + mode +
+          " --steps 1 --warmup 1 --breakdown-steps 0 --monitor-repeats 0 --no-op-count --json " + json,
+      &out);
+  EXPECT_EQ(rc, 0) << out;
+  std::ifstream in(json);
+  return nlohmann::json::parse(in)["peak_memory_bytes"].get<double>() / (1024.0 * 1024.0);
+}
+
+}  // namespace
+
+// The peak's growth per sequence, on the CPU where it can be measured here
+// (bench-cpu, fp32): the plan's activation model against the process's max
+// RSS at micro-batch 1 and 3. The margin: the model's working set of
+// backward is fitted, not derived, and RSS also counts allocator slack.
+TEST(MemoryPlan, ActivationsPerSequenceMatchTheMeasuredCpuPeak) {
+  for (const std::string mode : {"none", "full"}) {
+    Config cfg = bench_cpu({"train.activation_checkpointing=" + mode});
+    MemoryPlanOptions o;
+    o.cuda = false;
+    const MemoryPlan plan = keel::plan_memory(cfg, o);
+    const double planned = (plan.peak_bytes(3) - plan.peak_bytes(1)) / 2 / (1024.0 * 1024.0);
+    const double measured = (measured_peak_mib(mode, 3) - measured_peak_mib(mode, 1)) / 2;
+    std::cout << mode << ": planned " << planned << " MiB per sequence, measured " << measured << " MiB\n";
+    EXPECT_NEAR(planned, measured, 0.25 * measured) << mode;
+  }
+}
+
+TEST(MemoryPlan, CommandPrintsThePlanAndRefusesBadArguments) {
+  std::string out;
+  ASSERT_EQ(keel_test::run_keel("plan " + keel_test::source_path("configs/gpt2-124m.yaml") +
+                                    " --ranks 4 --set dist.zero=1 --memory 24 --memory 80",
+                                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("ZeRO-1: the largest of 4 shards"), std::string::npos) << out;
+  EXPECT_NE(out.find("80.0 GiB: "), std::string::npos) << out;
+  ASSERT_EQ(keel_test::run_keel("plan " + keel_test::source_path("configs/gpt2-124m.yaml") + " --json --device cpu --set train.precision=auto",
+                                &out),
+            0)
+      << out;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["device"].get<std::string>(), "cpu");
+  EXPECT_EQ(j["precision"].get<std::string>(), "fp32") << "auto on the CPU";
+  EXPECT_GT(j["saved_per_seq_bytes"].get<double>(), 0);
+  EXPECT_EQ(keel_test::run_keel("plan " + keel_test::source_path("configs/gpt2-124m.yaml") + " --ranks 0", &out), 2)
+      << out;
+  EXPECT_EQ(keel_test::run_keel("plan " + keel_test::source_path("configs/gpt2-124m.yaml") +
+                                    " --set model.d_modell=5",
+                                &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("d_modell"), std::string::npos) << out;
+}
