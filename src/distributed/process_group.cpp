@@ -307,6 +307,18 @@ void Dist::broadcast(std::vector<torch::Tensor>& tensors, int root, const char* 
   }
 }
 
+void Dist::send(torch::Tensor& t, int dst, const char* what) {
+  if (!distributed()) return;
+  std::vector<torch::Tensor> v{t};
+  wait(launch([&] { return h_->backend->send(v, dst, /*tag=*/0); }, what), what);
+}
+
+void Dist::recv(torch::Tensor& t, int src, const char* what) {
+  if (!distributed()) return;
+  std::vector<torch::Tensor> v{t};
+  wait(launch([&] { return h_->backend->recv(v, src, /*tag=*/0); }, what), what);
+}
+
 void Dist::barrier(const char* what) {
   if (!distributed()) return;
   // An all-reduce of one element rather than Backend::barrier: NCCL's

@@ -65,6 +65,10 @@ class Dist {
   // naming `what` when it failed.
   void wait(const Work& work, const char* what);
   void broadcast(std::vector<torch::Tensor>& tensors, int root, const char* what);
+  // Point to point, blocking (for the caller's stream): `t` to rank `dst`,
+  // or from rank `src` into `t`; the two sides must agree on its size.
+  void send(torch::Tensor& t, int dst, const char* what);
+  void recv(torch::Tensor& t, int src, const char* what);
   void barrier(const char* what);
 
   // Small host values through the store: every rank's `value`, by rank.

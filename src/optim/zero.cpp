@@ -105,56 +105,82 @@ std::vector<std::pair<std::string, torch::Tensor>> ShardedOptimizer::state() con
   return gathered_.empty() ? inner_->state() : gathered_;
 }
 
-// Rank r's state names, dtypes and shapes go first as text, so that the
-// others can allocate what its tensors arrive in.
+// To rank 0 only, one rank at a time: rank r sends its state's names,
+// dtypes and shapes as text, then one flat buffer per dtype; rank 0 keeps
+// what arrives on the CPU. No rank's device ever holds more than its own
+// shard and one other rank's buffer, so saving does not undo what ZeRO-1
+// saves in device memory.
 void ShardedOptimizer::gather_state() {
   gathered_.clear();
   const auto device = params_.empty() ? torch::Device(torch::kCPU) : params_.front().param.device();
+  const auto opts = torch::TensorOptions().device(device);
   const auto mine = inner_->state();
-  for (int r = 0; r < dist_.world(); ++r) {
+  if (dist_.rank() == 0) gathered_ = mine;
+  for (int r = 1; r < dist_.world(); ++r) {
+    if (dist_.rank() != r && dist_.rank() != 0) continue;
+    const bool sender = dist_.rank() == r;
     std::string meta;
-    if (r == dist_.rank()) {
+    if (sender) {
       std::ostringstream out;
       for (const auto& [name, t] : mine) {
-        out << name << '\t' << static_cast<int>(t.scalar_type()) << '\t' << (t.device().is_cpu() ? 1 : 0) << '\t'
-            << t.dim();
+        out << name << '\t' << static_cast<int>(t.scalar_type()) << '\t' << t.dim();
         for (int64_t d : t.sizes()) out << '\t' << d;
         out << '\n';
       }
       meta = out.str();
     }
-    auto opts = torch::TensorOptions().device(device);
-    std::vector<torch::Tensor> len{torch::full({1}, static_cast<int64_t>(meta.size()), opts.dtype(torch::kInt64))};
-    dist_.broadcast(len, r, "the ZeRO-1 state gather");
-    const int64_t n = len[0].to(torch::kCPU).item<int64_t>();
-    std::vector<torch::Tensor> text{torch::zeros({n}, opts.dtype(torch::kUInt8))};
-    if (r == dist_.rank() && n > 0)
-      text[0].copy_(torch::from_blob(meta.data(), {n}, torch::kUInt8));
-    dist_.broadcast(text, r, "the ZeRO-1 state gather");
-    auto host = text[0].to(torch::kCPU).contiguous();
-    const std::string got(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()), static_cast<size_t>(n));
-    std::vector<std::pair<std::string, torch::Tensor>> theirs;
-    std::vector<bool> on_cpu;
-    std::istringstream in(got);
+    auto len = torch::full({1}, static_cast<int64_t>(meta.size()), opts.dtype(torch::kInt64));
+    sender ? dist_.send(len, 0, "the ZeRO-1 state gather") : dist_.recv(len, r, "the ZeRO-1 state gather");
+    const int64_t n = len.to(torch::kCPU).item<int64_t>();
+    if (n < 0 || n > (int64_t{1} << 30)) throw std::logic_error("ZeRO-1 state gather: a corrupt length");
+    auto text = torch::zeros({n}, opts.dtype(torch::kUInt8));
+    if (sender && n > 0) text.copy_(torch::from_blob(meta.data(), {n}, torch::kUInt8));
+    sender ? dist_.send(text, 0, "the ZeRO-1 state gather") : dist_.recv(text, r, "the ZeRO-1 state gather");
+    if (!sender) {
+      auto host = text.to(torch::kCPU).contiguous();
+      meta.assign(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()), static_cast<size_t>(n));
+    }
+    // The entries, grouped by dtype into flat buffers (in order of first appearance).
+    std::vector<std::pair<std::string, torch::Tensor>> theirs;  // rank 0: CPU tensors to fill
+    std::istringstream in(meta);
     for (std::string line; std::getline(in, line);) {
       std::istringstream f(line);
       std::string name;
-      int dtype = 0, cpu = 0;
+      int dtype = 0;
       int64_t dims = 0;
       std::getline(f, name, '\t');
-      f >> dtype >> cpu >> dims;
+      f >> dtype >> dims;
       std::vector<int64_t> sizes(static_cast<size_t>(dims));
       for (auto& d : sizes) f >> d;
-      theirs.emplace_back(name, torch::empty(sizes, opts.dtype(static_cast<torch::ScalarType>(dtype))));
-      on_cpu.push_back(cpu != 0);
+      theirs.emplace_back(name, torch::empty(sizes, torch::TensorOptions().dtype(static_cast<torch::ScalarType>(dtype))));
     }
-    if (r == dist_.rank())
-      for (size_t i = 0; i < theirs.size(); ++i) theirs[i].second.copy_(mine[i].second);
-    std::vector<torch::Tensor> buffers;
-    for (auto& [name, t] : theirs) buffers.push_back(t);
-    dist_.broadcast(buffers, r, "the ZeRO-1 state gather");
-    for (size_t i = 0; i < theirs.size(); ++i)
-      gathered_.emplace_back(theirs[i].first, on_cpu[i] ? theirs[i].second.to(torch::kCPU) : theirs[i].second);
+    std::vector<torch::ScalarType> dtypes;
+    for (const auto& [name, t] : theirs)
+      if (std::find(dtypes.begin(), dtypes.end(), t.scalar_type()) == dtypes.end()) dtypes.push_back(t.scalar_type());
+    for (const auto dtype : dtypes) {
+      std::vector<size_t> idx;
+      int64_t total = 0;
+      for (size_t i = 0; i < theirs.size(); ++i)
+        if (theirs[i].second.scalar_type() == dtype) idx.push_back(i), total += theirs[i].second.numel();
+      torch::Tensor flat;
+      if (sender) {
+        std::vector<torch::Tensor> parts;
+        for (size_t i : idx) parts.push_back(mine[i].second.detach().reshape({-1}).to(device));
+        flat = torch::cat(parts);
+        dist_.send(flat, 0, "the ZeRO-1 state gather");
+      } else {
+        flat = torch::empty({total}, opts.dtype(dtype));
+        dist_.recv(flat, r, "the ZeRO-1 state gather");
+        auto host = flat.to(torch::kCPU);
+        int64_t offset = 0;
+        for (size_t i : idx) {
+          auto& t = theirs[i].second;
+          t.copy_(host.narrow(0, offset, t.numel()).view(t.sizes()));
+          offset += t.numel();
+        }
+      }
+    }
+    if (!sender) gathered_.insert(gathered_.end(), theirs.begin(), theirs.end());
   }
 }
 

@@ -37,9 +37,9 @@ class ShardedOptimizer : public Optimizer {
 
   void step(double lr, const torch::Tensor& found_inf = {}) override;
   void step(const torch::Tensor& lr, const torch::Tensor& found_inf = {}) override;
-  // This rank's state; after gather_state(), every rank's (the checkpoint's one logical state).
+  // This rank's state; on rank 0 after gather_state(), every rank's (the checkpoint's one logical state).
   std::vector<std::pair<std::string, torch::Tensor>> state() const override;
-  // Collective: fetch every rank's state (before a checkpoint), kept until the next step.
+  // Collective: every rank's state to rank 0 (before a checkpoint), on its CPU, kept until the next step.
   void gather_state();
   // A full state (from a checkpoint of any world size, sharded or not): this rank takes its own parameters'.
   void load_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) override;

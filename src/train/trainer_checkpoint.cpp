@@ -183,7 +183,11 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   std::string dir;
   std::vector<std::string> removed;
   // ZeRO-1: every rank's optimizer state to rank 0 first (collective), so the checkpoint is one logical state.
-  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(parts_.optimizer.get())) sharded->gather_state();
+  double gather_s = -1;
+  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(parts_.optimizer.get())) {
+    sharded->gather_state();
+    gather_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   if (rank0()) {  // rank 0 alone writes; the others wait at the barrier below
     dir = save_training_checkpoint(run_->path(), cfg_, parts_.model, parts_.optimizer.get(), state, tokenizer_path_);
     removed = CheckpointStore(run_->path()).prune(cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every);
@@ -196,7 +200,8 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   }
   last_saved_step_ = steps_done;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  run_->log->info(strf("checkpoint %s (%.2f s)%s", dir.c_str(), seconds,
+  run_->log->info(strf("checkpoint %s (%.2f s%s)%s", dir.c_str(), seconds,
+                       gather_s < 0 ? "" : strf(", %.2f s of it gathering the ZeRO-1 state", gather_s).c_str(),
                        removed.empty() ? "" : strf(", pruned %zu", removed.size()).c_str()));
 }
 
