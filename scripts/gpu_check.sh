@@ -99,6 +99,7 @@ if [[ -n $dry ]]; then
   train_set=(--set train.device=cpu --set model.n_layers=1 --set train.batch_size=4 --set model.max_seq_len=32
              --set model.vocab_size=512 --set train.warmup_steps=1 --set train.log_every=1 --set train.eval_batches=2)
   steps=(--steps 2 --warmup 1)
+  short_steps=("${steps[@]}")
   long_set=(--set model.max_seq_len=64)
   nccl=gloo            # NCCL needs CUDA: the dry run takes the same lines with Gloo
   graph=false          # so do CUDA graphs: the same lines, eagerly
@@ -108,6 +109,7 @@ else
   gpt2_set=(--set train.batch_size=64 --set train.micro_batch_size=32)
   train_set=(--set train.device=cuda)
   steps=(--steps 20 --warmup 5)
+  short_steps=(--steps 5 --warmup 2)   # a peak-memory figure: a few steps reach it
   long_set=(--set model.max_seq_len=4096 --set train.batch_size=16 --set train.micro_batch_size=8)
   nccl=nccl
   graph=true
@@ -216,7 +218,7 @@ train_cuda_vs_cpu() {  # the default config on CUDA and on the CPU, fp32, same s
 # the GPU). Findings go to figures/nccl.tsv.
 nccl_2ranks() {
   ensure_data || return 1
-  local d=$logs/nccl-2ranks bad=0 dp_backend=$nccl
+  local d=$logs/nccl-2ranks bad=0 dp_backend=$nccl two_ran=0
   local note=$scratch/figures/nccl.tsv
   mkdir -p "$d"
   finding() { printf '%s\t%s\n' "$1" "$(printf '%s' "$2" | tr '\t\n' '  ')" >> "$note"; echo "$1: $2"; }
@@ -230,6 +232,7 @@ nccl_2ranks() {
   if NCCL_DEBUG=WARN timeout -k 5 "$limit" "$keel" launch --nproc 2 -- train "${dp[@]}" \
        --set dist.backend="$nccl" --set run.name=dp-nccl-2ranks > "$d/nccl-2ranks.log" 2>&1; then
     finding two_ranks_one_gpu "ran with $nccl"
+    two_ran=1
   elif grep -qi 'duplicate gpu' "$d/nccl-2ranks.log"; then
     finding two_ranks_one_gpu "refused by NCCL: $(grep -m1 -io 'duplicate gpu.*' "$d/nccl-2ranks.log" | cut -c1-200)"
     dp_backend=gloo
@@ -263,6 +266,30 @@ nccl_2ranks() {
     finding resume "passed: 2 ranks ($dp_backend) stopped after step $dp_stop, resumed to $dp_steps"
   else
     finding resume "FAILED (logs/nccl-2ranks/resume-*.log)"
+    bad=1
+  fi
+
+  # 3b. ZeRO-1 on two ranks: the gradients reduce-scattered to their owners
+  # (c10d's uneven reduce_scatter: grouped reduces under NCCL), the optimizer
+  # state sharded. The one-rank run's losses to cmp_tol, and the replicated
+  # two-rank run's exactly (a sum of two is the same whichever rank adds).
+  if timeout -k 5 "$limit" "$keel" launch --nproc 2 -- train "${dp[@]}" --set dist.backend="$dp_backend" \
+       --set dist.zero=1 --set run.name=dp-zero1 > "$d/zero1.log" 2>&1 \
+     && "$py" "$tool" steps "$scratch/runs/dp-zero1" "$dp_steps" \
+     && "$py" "$tool" losses "$scratch/figures/nccl-zero1-losses.json" "$cmp_tol" \
+          "$scratch/runs/dp-zero1" "$scratch/runs/dp-nccl-1rank"; then
+    finding zero1 "passed: $(grep -m1 -o 'ZeRO-1: [^|]*' "$d/zero1.log" | cut -c1-160)"
+    if (( two_ran )); then
+      if "$py" "$tool" losses "$scratch/figures/nccl-zero1-vs-replicated.json" 0 \
+           "$scratch/runs/dp-zero1" "$scratch/runs/dp-nccl-2ranks"; then
+        finding zero1_vs_replicated "passed: the replicated two-rank losses bit for bit"
+      else
+        finding zero1_vs_replicated "FAILED (figures/nccl-zero1-vs-replicated.json)"
+        bad=1
+      fi
+    fi
+  else
+    finding zero1 "FAILED (logs/nccl-2ranks/zero1.log)"
     bad=1
   fi
 
@@ -357,6 +384,16 @@ qknorm() {  # QK-Norm none / rms / l2 and the monitoring cost, one round
   KEEL=$keel PYTHON=$py STEPS=${steps[1]} WARMUP=${steps[3]} OUT="$scratch/bench/qknorm" \
       bash scripts/bench_qknorm.sh configs/gpt2-124m.yaml 1 "${gpt2_set[@]}" --random-data
 }
+ckpt_bench() {  # activation checkpointing's peak memory and step time, beside keel plan's prediction of both modes
+  bench gpt2-ckpt-full configs/gpt2-124m.yaml "${gpt2_set[@]}" "${short_steps[@]}" --breakdown-steps 0 \
+      --set train.activation_checkpointing=full || return 1
+  local mode
+  for mode in none full; do
+    "$keel" plan configs/gpt2-124m.yaml "${gpt2_set[@]}" --set train.activation_checkpointing=$mode --json \
+        > "$scratch/figures/plan-gpt2-$mode.json" || return 1
+  done
+}
+
 graph_bench() {  # the small default model, where launch overhead dominates: eager, then one CUDA graph
   bench default-eager configs/default.yaml "${train_set[@]}" "${steps[@]}" || return 1
   bench default-graph configs/default.yaml "${train_set[@]}" "${steps[@]}" --set train.cuda_graph=$graph
@@ -369,7 +406,7 @@ preflight_est=15   # estimate: nvidia-smi, one Python with torch, keel --version
 part1() {
   section gpu-tests 40 gpu_tests
   section train-cuda-vs-cpu 60 train_cuda_vs_cpu
-  section nccl-2ranks 110 nccl_2ranks
+  section nccl-2ranks 125 nccl_2ranks
   section train-cuda-graph 45 train_graph
   section bf16-variants 100 bf16_variants
   section bench-gpt2-whole-logits 80 gpt2_logits
@@ -389,6 +426,8 @@ part2() {
   section bench-gpt2-muon 45 bench gpt2-muon configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
       --set train.optimizer=muon
   section bench-default-graph 40 graph_bench
+  # Activation checkpointing on CUDA (issue 37): full recompute's peak and step time against compare's keel record.
+  section bench-gpt2-ckpt 15 ckpt_bench
 }
 
 if [[ -n $plan_only ]]; then

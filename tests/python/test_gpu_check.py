@@ -20,7 +20,7 @@ BUDGET = 480  # the script's default per part
 PART1 = ["gpu-tests", "train-cuda-vs-cpu", "nccl-2ranks", "train-cuda-graph", "bf16-variants",
          "bench-gpt2-whole-logits"]
 PART2 = ["compare-pytorch", "bench-gpt2-flash", "bench-qknorm", "bench-gpt2-softcap", "bench-gpt2-softcap-4k",
-         "bench-gpt2-muon", "bench-default-graph"]
+         "bench-gpt2-muon", "bench-default-graph", "bench-gpt2-ckpt"]
 OUT_FILES = ["logs.tar.gz", "results.json", "summary.md"]
 
 
@@ -116,6 +116,9 @@ def test_part1_dry_run_passes_every_section(tmp_path):
     assert nccl["peer_killed"].startswith("passed"), nccl
     assert int(nccl["peer_killed_rank0_exit"]) != 0 and "Another worker probably died" in nccl["peer_killed_rank0_message"]
     assert figures["nccl-resume-losses"]["passed"]
+    # ZeRO-1 (reduce-scatter) on two ranks: the one-rank losses, and the replicated two-rank ones exactly.
+    assert nccl["zero1"].startswith("passed") and nccl["zero1_vs_replicated"].startswith("passed"), nccl
+    assert figures["nccl-zero1-losses"]["passed"] and figures["nccl-zero1-vs-replicated"]["passed"]
     # Eight bf16 variants, each with a finite loss.
     assert len(figures["bf16-variants"]) == 8 and all(v["finite"] for v in figures["bf16-variants"].values())
     for run in ["cmp-cuda", "cmp-cpu", "cuda-graph", "dp-nccl-1rank", "dp-resume", "bf16-qk-l2-softcap-50"]:
@@ -132,11 +135,14 @@ def test_part2_dry_run_passes_every_section(tmp_path):
     for name in ["compare/keel-1.json", "compare/eager-1.json", "compare/summary.json", "gpt2-flash.json",
                  "qknorm/none-1.json", "qknorm/rms-1.json", "qknorm/l2-1.json", "qknorm/summary.json",
                  "gpt2-softcap.json", "gpt2-softcap-4k.json", "gpt2-muon.json", "default-eager.json",
-                 "default-graph.json"]:
+                 "default-graph.json", "gpt2-ckpt-full.json"]:
         assert name in bench, f"{name} missing from results.json: {sorted(bench)}"
     assert bench["compare/keel-1.json"]["tokens_per_s"] > 0
     assert bench["compare/keel-1.json"]["ops_per_step"]["kernels"] > 0  # the kernel counts
     assert "| compare/keel-1.json | keel |" in summary
+    # keel plan's prediction beside the checkpointed bench's measured peak.
+    for mode in ["none", "full"]:
+        assert results["figures"][f"plan-gpt2-{mode}"]["saved_per_seq_bytes"] > 0, mode
     for figure in ["keel vs PyTorch", "flash / auto (cuDNN on Hopper)", "muon / adamw", "graph / eager, default config"]:
         assert figure in results["derived"], sorted(results["derived"])
 
