@@ -50,8 +50,8 @@ enum class SpikeAction { none, skip_step, rewind };
 KEEL_CHOICE(SpikeAction, "none", "skip_step", "rewind");
 enum class NonfinitePolicy { halt, skip };
 KEEL_CHOICE(NonfinitePolicy, "halt", "skip");
-enum class ActivationCheckpointing { none, full, every_n };
-KEEL_CHOICE(ActivationCheckpointing, "none", "full", "every_n");
+enum class ActivationCheckpointing { none, full, every_n, selective };
+KEEL_CHOICE(ActivationCheckpointing, "none", "full", "every_n", "selective");
 enum class DistBackend { automatic, nccl, gloo };
 KEEL_CHOICE(DistBackend, "auto", "nccl", "gloo");
 enum class Parametrization { standard, mup, completep };
@@ -174,7 +174,7 @@ struct TrainConfig {
   int64_t eval_batches = 8;
   NonfinitePolicy nonfinite = NonfinitePolicy::halt;  // halt | skip
   // Recompute blocks' activations in backward instead of keeping them (model/activation_checkpoint.h).
-  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::none;  // none | full | every_n
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::none;  // none | full | every_n | selective
   int64_t checkpoint_every_n = 2;          // every_n: blocks 0, K, 2K, ... are recomputed
   std::string init_from = "";              // checkpoint or run dir whose weights start a fresh run
 };

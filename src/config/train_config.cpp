@@ -40,7 +40,9 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   s.choice("train.activation_checkpointing", &t.activation_checkpointing, {},
            "recompute each checkpointed block's activations in backward instead of keeping them: less memory, "
            "about one more forward per step; full = every block, every_n = blocks 0, K, 2K, ... "
-           "(K = train.checkpoint_every_n); gradients are bit-identical to none on the CPU");
+           "(K = train.checkpoint_every_n), selective = every block keeps its linear layers' outputs and "
+           "recomputes only norms, RoPE, activations and the attention kernel; gradients are bit-identical to "
+           "none on the CPU");
   auto& ck = s.integer("train.checkpoint_every_n", &t.checkpoint_every_n,
                        "activation_checkpointing every_n: recompute every K-th block");
   ck.min = 1;

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "model/activation_checkpoint.h"
+
 namespace keel {
 
 namespace {
@@ -272,21 +274,74 @@ torch::Tensor onednn_matmul_t(const torch::Tensor& x, const torch::Tensor& w) {
   return stack[0].toTensor();
 }
 
+// dx = dy w ([M, out] x [out, in]); dw = dy^T x ([out, M] x [M, in]); transposes are views.
+variable_list onednn_linear_backward(AutogradContext* ctx, const torch::Tensor& grad) {
+  auto saved = ctx->get_saved_variables();
+  const auto &x = saved[0], &w = saved[1];
+  const int64_t in = w.size(1), out = w.size(0);
+  auto dy = grad.reshape({-1, out});
+  torch::Tensor dx, dw;
+  if (ctx->needs_input_grad(0)) dx = onednn_matmul_t(dy, w.t()).view(x.sizes());
+  if (ctx->needs_input_grad(1)) dw = onednn_matmul_t(dy.t(), x.reshape({-1, in}).t());
+  return {dx, dw};
+}
+
 struct OneDnnLinearFn : public torch::autograd::Function<OneDnnLinearFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w) {
     ctx->save_for_backward({x, w});
     return onednn_matmul_t(x, w);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return onednn_linear_backward(ctx, grads[0]);
+  }
+};
+
+// Selective checkpointing's recompute (activation_checkpoint.h): x w^T as
+// the forward computed it, handed back without multiplying again, with the
+// backward of OneDnnLinearFn, so the gradients are the same bits.
+struct ReplayedOneDnnLinearFn : public torch::autograd::Function<ReplayedOneDnnLinearFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               const torch::Tensor& y) {
+    ctx->save_for_backward({x, w});
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto d = onednn_linear_backward(ctx, grads[0]);
+    return {d[0], d[1], torch::Tensor()};
+  }
+};
+
+// The same for at::linear's path (CUDA, autocast, the composite CPU path):
+// y = x w^T + b as the forward computed it, in the compute dtype; backward
+// forms at::linear's derivative in that dtype (under autocast: x and w cast
+// to it, as autocast cast them) and returns each gradient in its input's
+// dtype: the matmuls of ATen's derivative of linear. On the CPU the
+// gradients are a plain backward's bit for bit (tests/model/
+// test_activation_checkpoint.cpp, also with KEEL_CPU_KERNELS=composite);
+// cuBLAS may pick other kernels for them, so on CUDA they may differ in
+// the last bits.
+struct ReplayedAtenLinearFn : public torch::autograd::Function<ReplayedAtenLinearFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               const torch::Tensor& b, const torch::Tensor& y) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["has_bias"] = b.defined() && b.numel() > 0;
+    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(b.defined() ? b.scalar_type() : w.scalar_type());
+    ctx->saved_data["dtype"] = static_cast<int64_t>(y.scalar_type());
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &w = saved[1];
+    const auto cdt = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const int64_t in = w.size(1), out = w.size(0);
-    auto dy = grads[0].reshape({-1, out});
-    torch::Tensor dx, dw;
-    // dx = dy w ([M, out] x [out, in]); dw = dy^T x ([out, M] x [M, in]); transposes are views.
-    if (ctx->needs_input_grad(0)) dx = onednn_matmul_t(dy, w.t()).view(x.sizes());
-    if (ctx->needs_input_grad(1)) dw = onednn_matmul_t(dy.t(), x.reshape({-1, in}).t());
-    return {dx, dw};
+    auto dy = grads[0].to(cdt);
+    auto dy2 = dy.reshape({-1, out});
+    torch::Tensor dx, dw, db;
+    if (ctx->needs_input_grad(0)) dx = at::matmul(dy, w.to(cdt)).to(x.scalar_type());
+    if (ctx->needs_input_grad(1)) dw = dy2.t().mm(x.to(cdt).reshape({-1, in})).to(w.scalar_type());
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2))
+      db = dy2.sum(0).to(static_cast<torch::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
+    return {dx, dw, db, torch::Tensor()};
   }
 };
 
@@ -303,6 +358,19 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
                       x.layout() == torch::kStrided && onednn_linear_enabled() &&
                       // under CPU autocast at::linear is what gets cast to bf16
                       !at::autocast::is_autocast_enabled(at::kCPU);
+  if (auto* cache = active_linear_cache()) {  // selective checkpointing: keep, or hand back, the output
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes.back() = w.size(0);
+    if (cache->replaying) {
+      auto y = cache->take(sizes);
+      if (!onednn) return ReplayedAtenLinearFn::apply(x, w, b.defined() ? b : torch::empty({0}, w.options()), y);
+      y = ReplayedOneDnnLinearFn::apply(x, w, y);
+      return b.defined() ? y + b : y;
+    }
+    auto y = onednn ? onednn_matmul_t(x, w) : torch::nn::functional::linear(x, w, b);  // no graph: a checkpoint's forward
+    cache->outputs.push_back(y);
+    return onednn && b.defined() ? y + b : y;
+  }
   if (!onednn) return torch::nn::functional::linear(x, w, b);
   auto y = OneDnnLinearFn::apply(x, w);
   return b.defined() ? y + b : y;

@@ -162,11 +162,13 @@ torch::Tensor TransformerImpl::forward_hidden(const torch::Tensor& idx, const Fo
       // The statistics come from the forward; the recompute in backward records nothing.
       std::shared_ptr<BlockImpl> block = std::dynamic_pointer_cast<BlockImpl>(blocks->ptr(i));
       auto first = std::make_shared<bool>(true);
-      x = checkpointed(x, [block, rope, docs, stats, rms, prefix, first](const torch::Tensor& in) {
+      auto run = [block, rope, docs, stats, rms, prefix, first](const torch::Tensor& in) {
         const bool record = std::exchange(*first, false);
         return block->forward(in, rope, record ? stats : nullptr, record ? rms : nullptr, prefix,
                               docs.segments.defined() ? &docs : nullptr);
-      });
+      };
+      x = checkpointing_ == ActivationCheckpointing::selective ? checkpointed_keeping_linears(x, run)
+                                                                : checkpointed(x, run);
     } else {
       x = blocks[i]->as<Block>()->forward(x, rope, stats, rms, prefix, docs.segments.defined() ? &docs : nullptr);
     }

@@ -23,6 +23,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 struct BlockBytes {
   double full = 0;          // a block that keeps its graph
   double checkpointed = 0;  // a recomputed block keeps its input only
+  double selective = 0;     // and selective recompute also its linear layers' outputs
 };
 
 BlockBytes block_bytes_per_token(const ModelConfig& m, double r, double b) {
@@ -41,11 +42,15 @@ BlockBytes block_bytes_per_token(const ModelConfig& m, double r, double b) {
   const double mlp = norm + b * (gated ? 4 * F : 2 * F);
   // Gemma's post-norms keep their inputs, the branch outputs.
   const double sandwich = m.norm_placement == NormPlacement::sandwich ? 2 * C * b : 0;
-  return {attn + mlp + sandwich, C * r};
+  // Selective: the input, then q, k, v, the attention output projection,
+  // up (and gate), and down, each as its linear wrote it.
+  const double linears = b * ((Q + 2 * KV) + C + (gated ? 2 * F : F) + C);
+  return {attn + mlp + sandwich, C * r, C * r + linears};
 }
 
 bool checkpointed_block(const TrainConfig& t, int64_t i) {
   return t.activation_checkpointing == ActivationCheckpointing::full ||
+         t.activation_checkpointing == ActivationCheckpointing::selective ||
          (t.activation_checkpointing == ActivationCheckpointing::every_n && i % t.checkpoint_every_n == 0);
 }
 
@@ -123,18 +128,24 @@ MemoryPlan plan_memory(const Config& cfg, const MemoryPlanOptions& options) {
   for (int64_t i = 0; i < m.n_layers; ++i) {
     const bool ckpt = checkpointed_block(t, i);
     any_recomputed = any_recomputed || ckpt;
-    per_token += ckpt ? block.checkpointed : block.full;
+    per_token += !ckpt ? block.full
+                 : t.activation_checkpointing == ActivationCheckpointing::selective ? block.selective
+                                                                                   : block.checkpointed;
   }
   // The final norm's input, and the gradient the chunked loss forms in the
   // forward for the hidden states (float32).
   per_token += (m.norm_placement == NormPlacement::post ? 0 : static_cast<double>(m.d_model) * r) +
                static_cast<double>(m.d_model) * 4;
   plan.saved_per_seq = per_token * T;
-  // Backward's working set on top, in blocks' worth of activations: the
-  // gradients of one block's activations and their temporaries (2), and
-  // with recompute that block's graph rebuilt as well (2.5). Both fitted to
-  // the CPU's measured peak (docs/data-parallel.md, "Memory").
-  plan.transient_per_seq = block.full * T * (any_recomputed ? 2.5 : 2.0);
+  // Backward's working set on top, in blocks' worth of activations. Without
+  // recompute none: backward frees each block's activations as it makes
+  // their gradients. With recompute, the rebuilt graph of one block (1),
+  // or of its operations between the kept linear outputs (selective, 0.5).
+  // Measured live peaks on the CPU agree, but there the logits chunk was
+  // the larger term, so these factors are assumptions until a GPU run at a
+  // large micro-batch measures them (docs/data-parallel.md, "Memory").
+  const bool selective = t.activation_checkpointing == ActivationCheckpointing::selective;
+  plan.transient_per_seq = block.full * T * (selective ? 0.5 : any_recomputed ? 1.0 : 0.0);
 
   // The loss head: per logit of a chunk, the logits and their log-softmax
   // in float32 (float64 for fp64), and under autocast the bf16 product
@@ -159,7 +170,8 @@ MemoryPlan plan_memory(const Config& cfg, const MemoryPlanOptions& options) {
     plan.assumptions.push_back("usable memory on a card: 90% of it (allocator fragmentation) less 1 GiB "
                                "(CUDA context and workspaces outside the allocator); not yet measured on a GPU");
   else
-    plan.assumptions.push_back("CPU: the process also holds about 0.5 GiB of libraries, not counted here");
+    plan.assumptions.push_back("CPU: these are live bytes; the process also holds its libraries (about 0.35 GiB), "
+                               "and keel's CPU allocator keeps freed memory, so its resident peak is higher");
   if (t.loss_chunk_tokens > 0 && !options.cuda)
     plan.assumptions.push_back("CPU: the loss chunk is capped at 2^24 logits (model/chunked_loss.h)");
   return plan;

@@ -252,10 +252,11 @@ void Trainer::print_settings() {
                                                   compute_.bf16_autocast ? torch::kBFloat16 : torch::kFloat32) +
                        " (SDPA tries " + compute_.attention_order + ")");
   if (t.activation_checkpointing != ActivationCheckpointing::none)
-    row("activation checkpointing", t.activation_checkpointing == ActivationCheckpointing::full
-                                        ? "every block recomputed in backward"
-                                        : strf("blocks 0, %lld, ... recomputed in backward",
-                                               static_cast<long long>(t.checkpoint_every_n)));
+    row("activation checkpointing",
+        t.activation_checkpointing == ActivationCheckpointing::full ? "every block recomputed in backward"
+        : t.activation_checkpointing == ActivationCheckpointing::selective
+            ? "selective: linear outputs kept; norms, RoPE, activations, attention recomputed in backward"
+            : strf("blocks 0, %lld, ... recomputed in backward", static_cast<long long>(t.checkpoint_every_n)));
   if (tasks_) {
     std::string names;
     for (const auto& task : tasks_->tasks()) names += (names.empty() ? "" : ", ") + task.spec.name;

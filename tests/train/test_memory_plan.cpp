@@ -2,10 +2,11 @@
 // bytes of the tensors a real model and optimizer hold, ZeRO-1's shard is the
 // largest rank's share as optim/zero.h deals it, the largest micro-batch is
 // the largest whose peak fits, and the activation part, per sequence, is
-// within 25% of the growth of the measured CPU peak (keel bench's max RSS)
-// from one sequence to three.
+// within 20% of the growth of the measured CPU peak (keel bench's max RSS,
+// live bytes) from one sequence to three.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -93,12 +94,19 @@ namespace {
 double measured_peak_mib(const std::string& mode, int batch) {
   const std::string json = keel_test::make_temp_dir("memory_plan") + "/bench.json";
   std::string out;
+  // Live bytes, as CUDA's allocator reports its peak: glibc's defaults with a
+  // fixed mmap threshold, so each large block is returned when freed (keel
+  // otherwise keeps freed memory in the process: src/train/device.cpp).
+  setenv("KEEL_CPU_MALLOC", "system", 1);  // read by keel at start; this process's malloc is set up already
+  setenv("MALLOC_MMAP_THRESHOLD_", "131072", 1);
   const int rc = keel_test::run_keel(
       "bench " + keel_test::source_path("configs/bench-cpu.yaml") + " --random-data --set train.batch_size=" +
           std::to_string(batch) + " --set train.micro_batch_size=" + std::to_string(batch) +
           " --set train.activation_checkpointing=" + mode +
-          " --steps 1 --warmup 1 --breakdown-steps 0 --monitor-repeats 0 --no-op-count --json " + json,
+          " --steps 1 --warmup 0 --breakdown-steps 0 --monitor-repeats 0 --no-op-count --json " + json,
       &out);
+  unsetenv("KEEL_CPU_MALLOC");
+  unsetenv("MALLOC_MMAP_THRESHOLD_");
   EXPECT_EQ(rc, 0) << out;
   std::ifstream in(json);
   return nlohmann::json::parse(in)["peak_memory_bytes"].get<double>() / (1024.0 * 1024.0);
@@ -108,10 +116,12 @@ double measured_peak_mib(const std::string& mode, int batch) {
 
 // The peak's growth per sequence, on the CPU where it can be measured here
 // (bench-cpu, fp32): the plan's activation model against the process's max
-// RSS at micro-batch 1 and 3. The margin: the model's working set of
-// backward is fitted, not derived, and RSS also counts allocator slack.
+// RSS at micro-batch 1 and 3, with every large block returned to the system
+// when freed, so that RSS follows the live bytes (measured to 0.1 MiB from
+// run to run). The margin: the counts are per tensor kind, not per
+// allocation, and backward's working set is assumed, not derived.
 TEST(MemoryPlan, ActivationsPerSequenceMatchTheMeasuredCpuPeak) {
-  for (const std::string mode : {"none", "full"}) {
+  for (const std::string mode : {"none", "full", "selective"}) {
     Config cfg = bench_cpu({"train.activation_checkpointing=" + mode});
     MemoryPlanOptions o;
     o.cuda = false;
@@ -119,7 +129,7 @@ TEST(MemoryPlan, ActivationsPerSequenceMatchTheMeasuredCpuPeak) {
     const double planned = (plan.peak_bytes(3) - plan.peak_bytes(1)) / 2 / (1024.0 * 1024.0);
     const double measured = (measured_peak_mib(mode, 3) - measured_peak_mib(mode, 1)) / 2;
     std::cout << mode << ": planned " << planned << " MiB per sequence, measured " << measured << " MiB\n";
-    EXPECT_NEAR(planned, measured, 0.25 * measured) << mode;
+    EXPECT_NEAR(planned, measured, 0.2 * measured) << mode;
   }
 }
 
