@@ -216,6 +216,14 @@ TEST_F(DataParallel, ActivationCheckpointingOnTwoWorkersGivesTheLossesOfOne) {
       << out;
   expect_same_losses("one", "ckpt_two", 1e-4);
   EXPECT_NE(out.find("parameters identical on all 2 ranks after step 12"), std::string::npos) << out;
+  // Selective: the replayed linears' gradients reach the overlapped buckets too.
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("sel_two", "--set train.activation_checkpointing=selective"),
+                     &out),
+            0)
+      << out;
+  expect_same_losses("one", "sel_two", 1e-4);
+  auto full = read_metrics("ckpt_two"), selective = read_metrics("sel_two");
+  for (const auto& [step, s] : full) EXPECT_EQ(selective[step].loss, s.loss) << "step " << step;  // bit for bit
 }
 
 // ZeRO-1 (dist.zero 1): the numbers of the replicated run, bit for bit, for
@@ -223,7 +231,9 @@ TEST_F(DataParallel, ActivationCheckpointingOnTwoWorkersGivesTheLossesOfOne) {
 // reduce-scattered to their owners: losses, the gradient norm (and so
 // clipping), per-layer gradient norms and per-parameter statistics, each
 // taken from its owner; its checkpoint holds the same logical optimizer
-// state; and a run saved sharded on 2 ranks resumes on 3 (sharded) and on 1.
+// state; and a run saved on N ranks resumes on M with the uninterrupted
+// M-rank run's losses, for N and M each of 1, 2 and 3, sharded or not:
+// 2 (sharded) -> 3 (sharded) and -> 1, 1 -> 2 (sharded), 3 (sharded) -> 2.
 TEST_F(DataParallel, ZeroOneGivesTheReplicatedNumbersAndResumesOnOtherWorldSizes) {
   // 2 and 3 ranks; a clip that binds; every figure that reads all gradients, every step.
   const std::string six =
@@ -292,6 +302,26 @@ TEST_F(DataParallel, ZeroOneGivesTheReplicatedNumbersAndResumesOnOtherWorldSizes
   expect_same_losses("rep3", "zon3", 1e-4, 7);
   ASSERT_EQ(run_keel(train_args("zon1", six + "--resume " + ckpt), &out), 0) << out;
   expect_same_losses("one6", "zon1", 1e-4, 7);
+  // Saved by one process, resumed sharded on 2; saved sharded on 3, resumed replicated on 2.
+  ASSERT_EQ(run_keel(train_args("saved1", six + "--stop-after-step 6"), &out), 0) << out;
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " +
+                         train_args("z1on2", six + "--set dist.zero=1 --resume " + run_path("saved1") +
+                                                 "/checkpoints/step_00000006"),
+                     &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("saved by 1 rank(s) on 2"), std::string::npos) << out;
+  expect_same_losses("rep2", "z1on2", 1e-4, 7);
+  ASSERT_EQ(run_keel("launch --nproc 3 -- " + train_args("zsaved3", six + "--set dist.zero=1 --stop-after-step 6"), &out),
+            0)
+      << out;
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " +
+                         train_args("z3on2", six + "--resume " + run_path("zsaved3") + "/checkpoints/step_00000006"),
+                     &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("saved by 3 rank(s) on 2"), std::string::npos) << out;
+  expect_same_losses("rep2", "z3on2", 1e-4, 7);
 }
 
 TEST_F(DataParallel, OneWorkerThroughTheLauncherIsAGroupOfOne) {
