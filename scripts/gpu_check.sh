@@ -591,6 +591,18 @@ def summarize(scratch, out, part, dry, elapsed, budget, status, only):
     ratio("muon / adamw", "gpt2-muon.json", "compare/keel-1.json", "ms/step")
     ratio("graph / eager, default config", "default-graph.json", "default-eager.json", "ms/step")
     ratio("whole logits / chunked", "gpt2-whole-logits.json", "gpt2.json", "ms/step")
+    ratio("full recompute / none", "gpt2-ckpt-full.json", "compare/keel-1.json", "ms/step")
+    # keel plan's prediction against the measured peak (CUDA: the allocator's peak allocated, like for like).
+    memory = {}
+    for name in ("compare/keel-1.json", "gpt2.json", "gpt2-ckpt-full.json", "gpt2-whole-logits.json"):
+        r = rec(name)
+        if r and r.get("planned_peak_memory_bytes") and r.get("peak_memory_bytes"):
+            memory[name] = {"measured_mib": r["peak_memory_bytes"] / 2**20,
+                            "planned_mib": r["planned_peak_memory_bytes"] / 2**20,
+                            "planned / measured": r["planned_peak_memory_bytes"] / r["peak_memory_bytes"],
+                            "source": r.get("peak_memory_source")}
+    if memory:
+        derived["keel plan / measured peak"] = memory
     qk = records.get("qknorm/summary.json")
     if isinstance(qk, dict):
         derived["QK-Norm overhead % (vs none)"] = qk.get("overhead_percent")

@@ -26,6 +26,7 @@
 #include "train/op_counter.h"
 #include "optim/optimizer.h"
 #include "optim/zero.h"
+#include "train/memory_plan.h"
 #include "optim/qk_clip.h"
 #include "optim/schedule.h"
 #include "train/step_runner.h"
@@ -307,6 +308,12 @@ nlohmann::json Bench::run() {
   nlohmann::json monitor = monitor_cost(med);
   std::string mem_source;
   const int64_t peak_mem = peak_memory_bytes(&mem_source);
+  // keel plan's prediction for this micro-batch (live bytes: CUDA's peak allocated is the like figure).
+  MemoryPlanOptions plan_options;
+  plan_options.cuda = compute_.device.is_cuda();
+  Config planned_cfg = cfg_;
+  planned_cfg.train.precision = compute_.bf16_autocast ? Precision::bf16 : planned_cfg.train.precision;
+  const double planned_peak = plan_memory(planned_cfg, plan_options).peak_bytes(geometry_.micro_batch);
   // Optimizer state per rank: replicated, and as dist.zero: 1 would deal it over N ranks (the largest share).
   nlohmann::json zero_state = nlohmann::json::object();
   int64_t state_bytes = 0;
@@ -354,6 +361,7 @@ nlohmann::json Bench::run() {
       {"peak_source", compute_.peak_source},
       {"peak_memory_bytes", peak_mem},
       {"peak_memory_source", mem_source},
+      {"planned_peak_memory_bytes", planned_peak},
       {"optimizer_state_bytes", state_bytes},
       {"zero1_optimizer_state_bytes_per_rank", zero_state},
       {"breakdown_ms", breakdown},
@@ -368,7 +376,9 @@ nlohmann::json Bench::run() {
             << strf("  MFU        %.2f%% of %sFLOP/s (%s)\n", 100 * mfu, si(compute_.peak_flops).c_str(),
                     compute_.peak_source.c_str())
             << "             " << flops_convention() << "; " << si(parts_.size.flops_per_token) << "FLOPs/token\n"
-            << strf("  memory     peak %.1f MiB (%s)\n", static_cast<double>(peak_mem) / (1 << 20), mem_source.c_str())
+            << strf("  memory     peak %.1f MiB (%s); keel plan predicts %.1f MiB of live tensors%s\n",
+                    static_cast<double>(peak_mem) / (1 << 20), mem_source.c_str(), planned_peak / (1 << 20),
+                    compute_.device.is_cuda() ? "" : " (RSS also counts libraries and freed memory kept)")
             << strf("  optimizer  state %.1f MiB per rank replicated; dist.zero 1: %s ranks (largest shard)\n",
                     static_cast<double>(state_bytes) / (1 << 20), zero_text.c_str());
   if (!breakdown.is_null() && breakdown.contains("graph_replay"))

@@ -141,6 +141,7 @@ def test_part2_dry_run_passes_every_section(tmp_path):
     assert bench["compare/keel-1.json"]["ops_per_step"]["kernels"] > 0  # the kernel counts
     assert "| compare/keel-1.json | keel |" in summary
     # keel plan's prediction beside the checkpointed bench's measured peak.
+    assert results["derived"]["keel plan / measured peak"]["gpt2-ckpt-full.json"]["planned_mib"] > 0
     for mode in ["none", "full"]:
         assert results["figures"][f"plan-gpt2-{mode}"]["saved_per_seq_bytes"] > 0, mode
     for figure in ["keel vs PyTorch", "flash / auto (cuDNN on Hopper)", "muon / adamw", "graph / eager, default config"]:

@@ -70,6 +70,9 @@ TEST(Bench, JsonRecordIsCompleteAndConsistent) {
     EXPECT_GE(zero[n].get<double>(), state / std::stod(n)) << n;
   EXPECT_LE(zero["2"].get<double>(), state / 2 + 8.0 * 4096 * 128 + 4);
   EXPECT_NE(out.find("dist.zero 1: "), std::string::npos) << out;
+  // keel plan's prediction for the run's micro-batch: below the process's RSS, which also holds the libraries.
+  EXPECT_GT(r["planned_peak_memory_bytes"].get<double>(), 0);
+  EXPECT_LT(r["planned_peak_memory_bytes"].get<double>(), r["peak_memory_bytes"].get<double>());
   // The phases add up to the breakdown step; that step is about a timed step
   // (loose bounds: the machine is shared, and each phase ends in a sync).
   const auto& b = r["breakdown_ms"];
