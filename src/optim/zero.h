@@ -8,7 +8,8 @@
 // (owners()), so each owner updates from the mean gradient a replicated run
 // sees, and the gradient norm, clipping and statistics take each parameter's
 // figures from its owner (grad_shard(), optim/grad_norms.h): the same
-// numbers, with 1/N of the optimizer state per rank.
+// numbers, with 1/N of the optimizer state per rank
+// (docs/reference.md#memory-zero-1-and-recomputation).
 #pragma once
 
 #include <functional>
