@@ -21,6 +21,7 @@
 #include "train/model_stats.h"
 #include "monitor/param_stats.h"
 #include "optim/grad_norms.h"
+#include "train/memory_plan.h"
 #include "optim/qk_clip.h"
 #include "optim/schedule.h"
 #include "train/trainer_impl.h"
@@ -263,6 +264,19 @@ void Trainer::print_settings() {
     row("downstream tasks", names + strf(", every %lld steps", static_cast<long long>(task_eval_every(cfg_))));
   }
   if (!cfg_.eval.sets.empty()) row("held-out sets", strf("%zu (eval.sets)", cfg_.eval.sets.size()));
+  {
+    // keel plan's figure for this run: what a user compares with the device's peak.
+    MemoryPlanOptions o;
+    o.ranks = dist_->world();
+    o.cuda = compute_.device.is_cuda();
+    Config planned = cfg_;
+    if (compute_.bf16_autocast) planned.train.precision = Precision::bf16;
+    const MemoryPlan p = plan_memory(planned, o);
+    row("memory (keel plan)", strf("%.0f MiB per rank at %lld sequences per micro-step: %.0f fixed, %.0f per sequence",
+                                   p.peak_bytes(g.micro_batch) / (1 << 20), static_cast<long long>(g.micro_batch),
+                                   (p.static_bytes() + p.head_gradient) / (1 << 20),
+                                   (p.saved_per_seq + p.transient_per_seq) / (1 << 20)));
+  }
   row("MFU peak", si(compute_.peak_flops) + "FLOP/s, " + compute_.peak_source);
   log.info(rule);
   log.info("MFU convention: " + flops_convention());
