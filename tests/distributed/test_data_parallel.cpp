@@ -60,12 +60,16 @@ std::map<int64_t, Step> read_metrics(const std::string& name) {
 }
 
 // Every number in b within `rel` of a's (relative, or absolute below 1e-30),
-// the same keys and nulls; rel = 0: equal bit for bit.
+// the same keys and nulls; rel = 0: equal bit for bit. The shares of
+// moments below eps (v_below_*) are counts over a tensor: where the
+// gradients differ in their last bits one element may cross, so they get
+// an absolute 1/16 (one element of a 16-element tensor) instead.
 void expect_json_near(const nlohmann::json& a, const nlohmann::json& b, double rel, const std::string& where) {
   if (a.is_number() && b.is_number()) {
     const double x = a.get<double>(), y = b.get<double>();
+    const bool count = where.find(".v_below_") != std::string::npos;
     if (rel == 0) EXPECT_EQ(x, y) << where;
-    else EXPECT_NEAR(x, y, rel * std::max(std::abs(x), 1e-30)) << where;
+    else EXPECT_NEAR(x, y, count ? 1.0 / 16 : rel * std::max(std::abs(x), 1e-30)) << where;
   } else if (a.is_object() && b.is_object()) {
     ASSERT_EQ(a.size(), b.size()) << where;
     for (const auto& [k, v] : a.items()) {
@@ -263,7 +267,7 @@ TEST_F(DataParallel, ZeroOneGivesTheReplicatedNumbersAndResumesOnOtherWorldSizes
       ASSERT_FALSE(s.layer_grad_norms.is_null()) << at;
       expect_json_near(s.layer_grad_norms, zero[step].layer_grad_norms, rel, at + " layer_grad_norms");
       ASSERT_FALSE(s.param_stats.is_null()) << at;
-      expect_json_near(s.param_stats, zero[step].param_stats, n == "2" ? 0.0 : 1e-2, at + " params");
+      expect_json_near(s.param_stats, zero[step].param_stats, n == "2" ? 0.0 : 1e-3, at + " params");
     }
   }
   const std::string muon = six + "--set train.optimizer=muon ";
