@@ -52,6 +52,11 @@ enum class NonfinitePolicy { halt, skip };
 KEEL_CHOICE(NonfinitePolicy, "halt", "skip");
 enum class ActivationCheckpointing { none, full, every_n, selective };
 KEEL_CHOICE(ActivationCheckpointing, "none", "full", "every_n", "selective");
+// Whether block i is recomputed in backward under `mode` (every_n: blocks 0, K, 2K, ...).
+inline bool recomputes_block(ActivationCheckpointing mode, int64_t every_n, int64_t i) {
+  return mode == ActivationCheckpointing::full || mode == ActivationCheckpointing::selective ||
+         (mode == ActivationCheckpointing::every_n && i % every_n == 0);
+}
 enum class DistBackend { automatic, nccl, gloo };
 KEEL_CHOICE(DistBackend, "auto", "nccl", "gloo");
 enum class Parametrization { standard, mup, completep };

@@ -98,8 +98,7 @@ class TransformerImpl : public torch::nn::Module {
     checkpoint_every_n_ = every_n;
   }
   bool checkpoints_block(size_t i) const {
-    return checkpointing_ == ActivationCheckpointing::full || checkpointing_ == ActivationCheckpointing::selective ||
-           (checkpointing_ == ActivationCheckpointing::every_n && static_cast<int64_t>(i) % checkpoint_every_n_ == 0);
+    return recomputes_block(checkpointing_, checkpoint_every_n_, static_cast<int64_t>(i));
   }
   const DocumentMasking& documents() const { return documents_; }
   // The attention kernel a training forward of [batch, seq_len] runs (AttentionImpl::kernel_name).

@@ -2,17 +2,24 @@
 
 namespace keel {
 
-torch::Tensor rows_from_owners(const torch::Tensor& rows, const GradShard* shard) {
-  if (!shard) return rows;
-  TORCH_CHECK(rows.size(0) == static_cast<int64_t>(shard->owned.size()), "rows_from_owners: one row per parameter");
+namespace {
+
+// Keeps row i where owned[i] (one flag per row), zeroes the others, and sums over ranks.
+torch::Tensor keep_owned_rows(const torch::Tensor& rows, std::vector<char> owned,
+                              const std::function<void(torch::Tensor&)>& sum) {
+  TORCH_CHECK(rows.size(0) == static_cast<int64_t>(owned.size()), "rows_from_owners: one row per parameter");
   std::vector<int64_t> shape(static_cast<size_t>(rows.dim()), 1);
   shape[0] = rows.size(0);
-  std::vector<bool> owned(shard->owned.begin(), shard->owned.end());
-  auto mask = torch::zeros({rows.size(0)}, torch::kBool);
-  for (size_t i = 0; i < owned.size(); ++i) mask[static_cast<int64_t>(i)] = static_cast<bool>(owned[i]);
-  auto out = torch::where(mask.to(rows.device()).view(shape), rows, torch::zeros({}, rows.options()));
-  shard->sum(out);
+  auto mask = torch::from_blob(owned.data(), {rows.size(0)}, torch::kUInt8).to(rows.device(), torch::kBool);
+  auto out = torch::where(mask.view(shape), rows, torch::zeros({}, rows.options()));
+  sum(out);
   return out;
+}
+
+}  // namespace
+
+torch::Tensor rows_from_owners(const torch::Tensor& rows, const GradShard* shard) {
+  return shard ? keep_owned_rows(rows, shard->owned, shard->sum) : rows;
 }
 
 GradNorms grad_norms(const std::vector<NamedParam>& params, const GradShard* shard) {
@@ -27,9 +34,9 @@ GradNorms grad_norms(const std::vector<NamedParam>& params, const GradShard* sha
   if (grads.empty()) return out;
   out.norms = torch::stack(torch::_foreach_norm(grads, 2.0, norm_dtype(grads)));
   if (shard) {
-    GradShard mine{{}, shard->sum};
-    for (size_t i : out.index) mine.owned.push_back(shard->owned.at(i));
-    out.norms = rows_from_owners(out.norms, &mine);
+    std::vector<char> owned;
+    for (size_t i : out.index) owned.push_back(shard->owned.at(i));
+    out.norms = keep_owned_rows(out.norms, std::move(owned), shard->sum);
   }
   return out;
 }

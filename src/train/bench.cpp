@@ -309,11 +309,8 @@ nlohmann::json Bench::run() {
   std::string mem_source;
   const int64_t peak_mem = peak_memory_bytes(&mem_source);
   // keel plan's prediction for this micro-batch (live bytes: CUDA's peak allocated is the like figure).
-  MemoryPlanOptions plan_options;
-  plan_options.cuda = compute_.device.is_cuda();
-  Config planned_cfg = cfg_;
-  planned_cfg.train.precision = compute_.bf16_autocast ? Precision::bf16 : planned_cfg.train.precision;
-  const double planned_peak = plan_memory(planned_cfg, plan_options).peak_bytes(geometry_.micro_batch);
+  const double planned_peak = plan_memory_for_run(cfg_, compute_.device.is_cuda(), compute_.bf16_autocast, 1)
+                                  .peak_bytes(geometry_.micro_batch);
   // Optimizer state per rank: replicated, and as dist.zero: 1 would deal it over N ranks (the largest share).
   nlohmann::json zero_state = nlohmann::json::object();
   int64_t state_bytes = 0;

@@ -48,12 +48,6 @@ BlockBytes block_bytes_per_token(const ModelConfig& m, double r, double b) {
   return {attn + mlp + sandwich, C * r, C * r + linears};
 }
 
-bool checkpointed_block(const TrainConfig& t, int64_t i) {
-  return t.activation_checkpointing == ActivationCheckpointing::full ||
-         t.activation_checkpointing == ActivationCheckpointing::selective ||
-         (t.activation_checkpointing == ActivationCheckpointing::every_n && i % t.checkpoint_every_n == 0);
-}
-
 // Bytes of optimizer state per parameter tensor, as optim/ keeps it.
 double optimizer_bytes(const ParamScaling& p, const TrainConfig& t, double w) {
   double numel = 1;
@@ -126,7 +120,7 @@ MemoryPlan plan_memory(const Config& cfg, const MemoryPlanOptions& options) {
   double per_token = 0;
   bool any_recomputed = false;
   for (int64_t i = 0; i < m.n_layers; ++i) {
-    const bool ckpt = checkpointed_block(t, i);
+    const bool ckpt = recomputes_block(t.activation_checkpointing, t.checkpoint_every_n, i);
     any_recomputed = any_recomputed || ckpt;
     per_token += !ckpt ? block.full
                  : t.activation_checkpointing == ActivationCheckpointing::selective ? block.selective
@@ -175,6 +169,15 @@ MemoryPlan plan_memory(const Config& cfg, const MemoryPlanOptions& options) {
   if (t.loss_chunk_tokens > 0 && !options.cuda)
     plan.assumptions.push_back("CPU: the loss chunk is capped at 2^24 logits (model/chunked_loss.h)");
   return plan;
+}
+
+MemoryPlan plan_memory_for_run(const Config& cfg, bool cuda, bool bf16_autocast, int ranks) {
+  MemoryPlanOptions o;
+  o.ranks = ranks;
+  o.cuda = cuda;
+  Config resolved = cfg;
+  if (bf16_autocast) resolved.train.precision = Precision::bf16;
+  return plan_memory(resolved, o);
 }
 
 std::string format_memory_plan(const MemoryPlan& p, const Config& cfg, const MemoryPlanOptions& options) {

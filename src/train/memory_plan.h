@@ -67,6 +67,9 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const Config& cfg, const MemoryPlanOptions& options);
+// The plan for a run as it was set up: on its device, in the precision
+// setup_compute resolved (bf16 autocast or not), over `ranks` ranks.
+MemoryPlan plan_memory_for_run(const Config& cfg, bool cuda, bool bf16_autocast, int ranks);
 
 // The table `keel plan` prints, and its JSON.
 std::string format_memory_plan(const MemoryPlan& plan, const Config& cfg, const MemoryPlanOptions& options);

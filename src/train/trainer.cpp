@@ -266,12 +266,7 @@ void Trainer::print_settings() {
   if (!cfg_.eval.sets.empty()) row("held-out sets", strf("%zu (eval.sets)", cfg_.eval.sets.size()));
   {
     // keel plan's figure for this run: what a user compares with the device's peak.
-    MemoryPlanOptions o;
-    o.ranks = dist_->world();
-    o.cuda = compute_.device.is_cuda();
-    Config planned = cfg_;
-    if (compute_.bf16_autocast) planned.train.precision = Precision::bf16;
-    const MemoryPlan p = plan_memory(planned, o);
+    const MemoryPlan p = plan_memory_for_run(cfg_, compute_.device.is_cuda(), compute_.bf16_autocast, dist_->world());
     row("memory (keel plan)", strf("%.0f MiB per rank at %lld sequences per micro-step: %.0f fixed, %.0f per sequence",
                                    p.peak_bytes(g.micro_batch) / (1 << 20), static_cast<long long>(g.micro_batch),
                                    (p.static_bytes() + p.head_gradient) / (1 << 20),
