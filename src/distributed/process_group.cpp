@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "util/stop_signal.h"
+
 namespace keel {
 
 struct Dist::Handles {
@@ -109,6 +111,9 @@ Dist::Dist(const DistEnv& env, DistBackend backend, double timeout_s, torch::Dev
   // Under torchrun the store may be its agent's, which outlives the workers
   // when it restarts them: keys are per restart so old ones never match.
   if (const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT")) key_prefix_ += std::string(restart) + "/";
+  // Until the group is made, c10d blocks in connect and recv without looking
+  // at keel's stop flag; nothing has been written, so a signal leaves at once.
+  LeaveAtOnceOnStop leave("the rendezvous");
   // 1. Rendezvous: rank 0 listens, the others connect (retrying until the timeout).
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(env.master_port);

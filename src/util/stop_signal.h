@@ -19,6 +19,22 @@ void install_stop_handlers(bool second_signal_kills = false);
 int stop_signal();
 bool stop_requested();
 
+// While one exists, a stop signal ends the process at once (exit 128 + the
+// signal, "<signal name> during <doing>; nothing was written" on stderr)
+// instead of only setting the flag. For waits inside code that never looks at
+// the flag, at a point where nothing has been made: c10d's rendezvous blocks
+// in connect and recv for up to dist.timeout_s (300 s by default), so a rank
+// whose rank 0 had failed ignored keel launch's SIGTERM and was killed after
+// the grace period. A signal that came before it is honoured on entry. One at
+// a time.
+class LeaveAtOnceOnStop {
+ public:
+  explicit LeaveAtOnceOnStop(const std::string& doing);
+  ~LeaveAtOnceOnStop();
+  LeaveAtOnceOnStop(const LeaveAtOnceOnStop&) = delete;
+  LeaveAtOnceOnStop& operator=(const LeaveAtOnceOnStop&) = delete;
+};
+
 // Work abandoned on a signal before it was finished: nothing half-made was
 // kept. Exits 128 + the signal, as a shell would report it.
 class Interrupted : public Error {

@@ -148,6 +148,20 @@ void kill_and_reap(const Worker& w) {
   waitpid(w.pid, nullptr, 0);
 }
 
+// Whether the worker has installed its SIGTERM handler (the mask of caught
+// signals in /proc), waiting up to `seconds`: a signal sent before that would
+// kill it by default and prove nothing about how keel honours it.
+bool catches_sigterm(const Worker& w, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream status("/proc/" + std::to_string(w.pid) + "/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("SigCgt:", 0) == 0 && (std::stoull(line.substr(7), nullptr, 16) >> (SIGTERM - 1)) & 1) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 class DataParallel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -476,9 +490,11 @@ TEST_F(DataParallel, SetupErrorsAreClearAndExitWithTwo) {
     const int port = keel::find_free_port();
     auto r0 = spawn_rank(0, 2, port, train_args("worlds"), "worlds0");
     auto r1 = spawn_rank(1, 3, port, train_args("worlds"), "worlds1");
-    const int c0 = wait_for(r0, 60), c1 = wait_for(r1, 60);
-    if (c0 < 0) kill_and_reap(r0);
+    const int c1 = wait_for(r1, 60);
     if (c1 < 0) kill_and_reap(r1);
+    // Rank 0 would wait out dist.timeout_s (30 s) for a rank 1 that has left;
+    // only rank 1's refusal is under test.
+    kill_and_reap(r0);
     EXPECT_EQ(c1, 2) << keel_test::read_file(r1.log);
     EXPECT_NE(keel_test::read_file(r1.log).find("WORLD_SIZE"), std::string::npos) << keel_test::read_file(r1.log);
   }
@@ -499,6 +515,9 @@ TEST_F(DataParallel, SetupErrorsAreClearAndExitWithTwo) {
               2)
         << out;
     EXPECT_NE(out.find("already in use"), std::string::npos) << out;
+    // Rank 1, still trying to reach the rendezvous, left on the launcher's
+    // SIGTERM instead of being killed after the grace period.
+    EXPECT_EQ(out.find("still running"), std::string::npos) << out;
     close(fd);
   }
   // A rank that never comes.
@@ -518,6 +537,29 @@ TEST_F(DataParallel, SetupErrorsAreClearAndExitWithTwo) {
     EXPECT_EQ(code, 2);
     EXPECT_NE(keel_test::read_file(r1.log).find("could not reach rank 0's rendezvous"), std::string::npos)
         << keel_test::read_file(r1.log);
+  }
+}
+
+// SIGTERM while a rank waits at the rendezvous (for rank 0 to listen, or for
+// the other ranks to join) ends it within a second, with exit 143 and a
+// message, instead of after dist.timeout_s: c10d's own waits do not look at
+// keel's stop flag, so keel waits in slices and looks between them.
+TEST_F(DataParallel, ASignalEndsTheRendezvousAtOnce) {
+  const std::string patient = "--set dist.timeout_s=120";
+  auto client = spawn_rank(1, 2, keel::find_free_port(), train_args("sig1", patient), "sig1");
+  auto host = spawn_rank(0, 2, keel::find_free_port(), train_args("sig0", patient), "sig0");
+  for (const auto* w : {&client, &host}) {
+    ASSERT_TRUE(catches_sigterm(*w, 60)) << keel_test::read_file(w->log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));  // into the rendezvous
+    const auto t0 = std::chrono::steady_clock::now();
+    kill(w->pid, SIGTERM);
+    const int code = wait_for(*w, 20);
+    if (code < 0) kill_and_reap(*w);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string log = keel_test::read_file(w->log);
+    EXPECT_EQ(code, 128 + SIGTERM) << log;
+    EXPECT_NE(log.find("SIGTERM during the rendezvous"), std::string::npos) << log;
+    EXPECT_LT(waited, 15.0) << "a rank at the rendezvous ignored SIGTERM: " << log;
   }
 }
 

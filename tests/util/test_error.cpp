@@ -64,6 +64,45 @@ TEST(StopSignal, ThrowsInterruptedOnlyAfterASignal) {
   EXPECT_FALSE(keel::stop_requested());
 }
 
+// Inside LeaveAtOnceOnStop a signal ends the process at once with 128 + N and
+// a line naming what it interrupted; outside it the flag is only set again;
+// a signal that came before it is thrown on entry, and leaves it disarmed.
+TEST(StopSignal, LeaveAtOnceEndsTheProcessOnlyInsideItsScope) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(fds[1], STDERR_FILENO);
+    keel::install_stop_handlers();
+    {
+      keel::LeaveAtOnceOnStop leave("a test's wait");
+    }
+    raise(SIGINT);  // after the scope: recorded only
+    if (keel::stop_signal() != SIGINT) _exit(10);
+    try {
+      keel::LeaveAtOnceOnStop leave("the entry");
+      _exit(11);
+    } catch (const keel::Interrupted&) {
+    }
+    raise(SIGINT);  // the failed entry left it disarmed
+    keel::install_stop_handlers();
+    keel::LeaveAtOnceOnStop leave("a test's wait");
+    raise(SIGTERM);
+    _exit(12);  // not reached
+  }
+  close(fds[1]);
+  std::string err;
+  char buf[256];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << err;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << err;
+  EXPECT_EQ(err, "keel: SIGTERM during a test's wait; nothing was written\n");
+}
+
 }  // namespace
 
 namespace {
