@@ -17,6 +17,9 @@ cd "$(dirname "$0")/.."
 dir=${KEEL_SANITIZE_DIR:-build-asan}
 tests=(test_fuzz test_corpus_reader test_bpe_tokenizer test_safetensors test_checkpoint_store test_config test_sweep_spec)
 say() { echo "[sanitize] $*"; }
+# Two test processes run at once: OpenMP threads wait passively instead of
+# spinning on the other's core (as tests/CMakeLists.txt sets for CTest).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 main=$(realpath -m "${KEEL_BUILD_DIR:-build}")
 reuse=()
 if [ -f "$main/libkeel_core.a" ] && [ -f "$main/libkeel_base.a" ] && [ -x "$main/keel" ]; then
