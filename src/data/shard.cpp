@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/fs.h"
 #include "util/hashing.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -20,8 +21,6 @@ namespace keel {
 namespace {
 
 constexpr size_t kWriteBuffer = size_t{1} << 20;
-
-std::string errno_text() { return std::strerror(errno); }
 
 void put_u32(unsigned char* p, uint32_t v) { std::memcpy(p, &v, 4); }
 void put_u64(unsigned char* p, uint64_t v) { std::memcpy(p, &v, 8); }
@@ -47,13 +46,13 @@ ShardWriter::ShardWriter(const std::string& path, int64_t vocab_size) : path_(pa
   header_.vocab_size = static_cast<uint32_t>(vocab_size);
   header_.token_bytes = token_bytes_for_vocab(vocab_size);
   file_ = std::fopen(path.c_str(), "wb");
-  if (!file_) throw data_error(path, "cannot create shard: " + errno_text());
+  if (!file_) throw data_error(path, "cannot create shard: " + errno_text(errno));
   ShardHeader empty;  // zero count until close(): an interrupted write never looks complete
   empty.token_bytes = header_.token_bytes;
   empty.vocab_size = header_.vocab_size;
   unsigned char h[kShardHeaderBytes];
   encode_header(empty, h);
-  if (std::fwrite(h, 1, sizeof h, file_) != sizeof h) throw data_error(path, "write error: " + errno_text());
+  if (std::fwrite(h, 1, sizeof h, file_) != sizeof h) throw data_error(path, "write error: " + errno_text(errno));
   buf_.reserve(kWriteBuffer);
 }
 
@@ -87,7 +86,7 @@ void ShardWriter::flush() {
   if (buf_.empty()) return;
   header_.crc32 = crc32_update(header_.crc32, buf_.data(), buf_.size());
   if (std::fwrite(buf_.data(), 1, buf_.size(), file_) != buf_.size())
-    throw data_error(path_, "write error: " + errno_text());
+    throw data_error(path_, "write error: " + errno_text(errno));
   buf_.clear();
 }
 
@@ -97,20 +96,20 @@ ShardHeader ShardWriter::close() {
   encode_header(header_, h);
   if (std::fseek(file_, 0, SEEK_SET) != 0 || std::fwrite(h, 1, sizeof h, file_) != sizeof h ||
       std::fflush(file_) != 0 || ::fsync(fileno(file_)) != 0)
-    throw data_error(path_, "cannot finish shard: " + errno_text());
+    throw data_error(path_, "cannot finish shard: " + errno_text(errno));
   int rc = std::fclose(file_);
   file_ = nullptr;
-  if (rc != 0) throw data_error(path_, "close failed: " + errno_text());
+  if (rc != 0) throw data_error(path_, "close failed: " + errno_text(errno));
   return header_;
 }
 
 ShardReader::ShardReader(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw data_error(path, "cannot open shard: " + errno_text());
+  if (fd < 0) throw data_error(path, "cannot open shard: " + errno_text(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
-    throw data_error(path, "cannot stat shard: " + errno_text());
+    throw data_error(path, "cannot stat shard: " + errno_text(errno));
   }
   const int64_t size = st.st_size;
   if (size < kShardHeaderBytes) {
@@ -120,7 +119,7 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
   }
   void* m = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);  // the mapping keeps the file open
-  if (m == MAP_FAILED) throw data_error(path, "mmap failed: " + errno_text());
+  if (m == MAP_FAILED) throw data_error(path, "mmap failed: " + errno_text(errno));
   map_ = static_cast<const unsigned char*>(m);
   map_bytes_ = static_cast<size_t>(size);
   auto fail = [&](const std::string& msg) {

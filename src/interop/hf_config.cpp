@@ -12,8 +12,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-bool is_gemma(HfFamily f) { return f == HfFamily::gemma2 || f == HfFamily::gemma3; }
-
 ojson id_or_null(int64_t id) { return id >= 0 ? ojson(id) : ojson(nullptr); }
 
 ojson optional_value(const std::optional<double>& v) { return v ? ojson(*v) : ojson(nullptr); }

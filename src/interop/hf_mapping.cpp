@@ -20,8 +20,6 @@ const std::vector<HfFamilyInfo>& families() {
   return all;
 }
 
-bool is_gemma(HfFamily f) { return f == HfFamily::gemma2 || f == HfFamily::gemma3; }
-
 }  // namespace
 
 bool hf_mapping_reads(const std::string& key) {

@@ -24,6 +24,9 @@ namespace keel {
 
 enum class HfFamily { llama, qwen3, olmo2, gemma2, gemma3 };
 
+// Gemma 2 and 3 share the sandwich norms, (1+w) gains and scaled embeddings.
+inline bool is_gemma(HfFamily f) { return f == HfFamily::gemma2 || f == HfFamily::gemma3; }
+
 struct HfFamilyInfo {
   HfFamily family;
   std::string model_type;    // config.json "model_type"
