@@ -541,9 +541,10 @@ TEST_F(DataParallel, SetupErrorsAreClearAndExitWithTwo) {
 }
 
 // SIGTERM while a rank waits at the rendezvous (for rank 0 to listen, or for
-// the other ranks to join) ends it within a second, with exit 143 and a
-// message, instead of after dist.timeout_s: c10d's own waits do not look at
-// keel's stop flag, so keel waits in slices and looks between them.
+// the other ranks to join) ends it at once, with exit 143 and a message,
+// instead of after dist.timeout_s: c10d's own waits do not look at keel's
+// stop flag, so until the group is made the handler itself leaves
+// (LeaveAtOnceOnStop).
 TEST_F(DataParallel, ASignalEndsTheRendezvousAtOnce) {
   const std::string patient = "--set dist.timeout_s=120";
   auto client = spawn_rank(1, 2, keel::find_free_port(), train_args("sig1", patient), "sig1");
