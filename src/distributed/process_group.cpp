@@ -186,7 +186,7 @@ Dist::Dist(const DistEnv& env, DistBackend backend, double timeout_s, torch::Dev
   if (backend == DistBackend::nccl) {
     const auto [a, b] = ranks_sharing_a_device(exchange("device", device_key));
     if (a >= 0)
-      throw DistError("ranks " + std::to_string(a) + " and " + std::to_string(b) + " would share the GPU " +
+      throw SharedGpuError("ranks " + std::to_string(a) + " and " + std::to_string(b) + " would share the GPU " +
                       device_key + ", which NCCL refuses: give each rank its own GPU (CUDA_VISIBLE_DEVICES, "
                       "--nproc at most the GPU count), or use dist.backend: gloo to share one");
     // overwrite = 0: a variable the user set keeps its value.
@@ -312,16 +312,27 @@ void Dist::broadcast(std::vector<torch::Tensor>& tensors, int root, const char* 
   }
 }
 
+bool point_to_point_stages_through_host(DistBackend backend, const torch::Device& device) {
+  return backend == DistBackend::gloo && !device.is_cpu();
+}
+
+// Gloo's send and recv hand the tensor's pointer to the socket as it is: a
+// CUDA tensor there fails in writev with "Bad address" (seen on the H200,
+// ZeRO-1's checkpoint gather under dist.backend: gloo). Its collectives
+// stage device tensors themselves; point to point goes through a host copy.
 void Dist::send(torch::Tensor& t, int dst, const char* what) {
   if (!distributed()) return;
-  std::vector<torch::Tensor> v{t};
+  std::vector<torch::Tensor> v{point_to_point_stages_through_host(backend_, t.device()) ? t.to(torch::kCPU).contiguous()
+                                                                                       : t};
   wait(launch([&] { return h_->backend->send(v, dst, /*tag=*/0); }, what), what);
 }
 
 void Dist::recv(torch::Tensor& t, int src, const char* what) {
   if (!distributed()) return;
-  std::vector<torch::Tensor> v{t};
+  const bool staged = point_to_point_stages_through_host(backend_, t.device());
+  std::vector<torch::Tensor> v{staged ? torch::empty(t.sizes(), t.options().device(torch::kCPU)) : t};
   wait(launch([&] { return h_->backend->recv(v, src, /*tag=*/0); }, what), what);
+  if (staged) t.copy_(v.front());
 }
 
 void Dist::barrier(const char* what) {

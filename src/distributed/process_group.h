@@ -112,6 +112,10 @@ std::vector<EnvSetting> nccl_error_handling_env(double timeout_s, const std::map
 // same device, or {-1, -1}. Empty keys never match.
 std::pair<int, int> ranks_sharing_a_device(const std::vector<std::string>& keys);
 
+// Whether Dist::send / recv copy a tensor on `device` through host memory:
+// Gloo's point-to-point ops read and write the tensor's memory from the CPU.
+bool point_to_point_stages_through_host(DistBackend backend, const torch::Device& device);
+
 // Whether Dist::wait blocks the host until a collective is done (Gloo), or
 // only orders the CUDA stream after it (NCCL: the host runs ahead, and the
 // process group's watchdog enforces dist.timeout_s).

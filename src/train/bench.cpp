@@ -362,7 +362,9 @@ nlohmann::json Bench::run() {
       {"optimizer_state_bytes", state_bytes},
       {"zero1_optimizer_state_bytes_per_rank", zero_state},
       {"breakdown_ms", breakdown},
-      {"attention", {{"kernel", attention_kernel}, {"sdpa_order", compute_.attention_order}}},
+      // kernel: what SDPA chooses now for this run's shapes (after the steps), beside what was asked for
+      {"attention", {{"kernel", attention_kernel}, {"requested", name_of(cfg_.train.attention_backend)},
+                     {"sdpa_order", compute_.attention_order}}},
       {"ops_per_step", ops},
       {"monitor", monitor},
       {"load_average", {load[0], load[1], load[2]}}};

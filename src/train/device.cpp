@@ -73,6 +73,21 @@ static void keep_freed_memory_in_process() {
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
 }
 
+namespace {
+std::vector<int64_t> held_attention_order;  // what apply_attention_backend set; empty on the CPU
+}
+
+bool hold_attention_order() {
+  if (held_attention_order.empty()) return false;
+  auto& ctx = at::globalContext();
+  const auto now = ctx.sDPPriorityOrder();
+  std::vector<int64_t> current;
+  for (auto b : now) current.push_back(static_cast<int64_t>(b));
+  if (current == held_attention_order) return false;
+  ctx.setSDPPriorityOrder(held_attention_order);
+  return true;
+}
+
 std::string apply_attention_backend(AttentionBackend backend, torch::Device device, int cuda_major) {
   using B = at::SDPBackend;
   auto& ctx = at::globalContext();
@@ -84,6 +99,7 @@ std::string apply_attention_backend(AttentionBackend backend, torch::Device devi
       throw ConfigError(e);
     }
     ctx.setSDPUseFlash(backend != AttentionBackend::math);
+    held_attention_order.clear();  // the CPU's SDPA does not go by the order
     return backend == AttentionBackend::math ? "math" : "flash, math";
   }
   std::vector<B> order = {B::flash_attention, B::efficient_attention, B::math, B::cudnn_attention};  // PyTorch's
@@ -106,7 +122,20 @@ std::string apply_attention_backend(AttentionBackend backend, torch::Device devi
     text += (text.empty() ? "" : ", ") + sdpa_backend_name(static_cast<int64_t>(b));
   }
   ids.push_back(static_cast<int64_t>(B::overrideable));  // the order must name every backend
+  // PyTorch 2.11 reorders the backends itself on its first CUDA attention
+  // call (cuDNN first with cuDNN >= 9.15): on the H200, attention_backend:
+  // flash ran cuDNN. One tiny call first lets that happen now, and
+  // StepRunner::begin_step holds keel's order from then on (hold_attention_order).
+  if (device.is_cuda()) {
+    try {
+      auto q = torch::zeros({1, 1, 8, 64}, torch::TensorOptions().device(device).dtype(torch::kBFloat16));
+      at::scaled_dot_product_attention(q, q, q, c10::nullopt, 0.0, /*is_causal=*/true);
+    } catch (const std::exception&) {
+      // a device that cannot run this fails at the first real step, with the model's shapes in the message
+    }
+  }
   ctx.setSDPPriorityOrder(ids);
+  held_attention_order = ids;
   return text;
 }
 

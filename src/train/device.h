@@ -46,6 +46,10 @@ ComputeSetup setup_compute(const TrainConfig& t, int local_rank = 0, int local_w
 // elsewhere. On the CPU only flash and math exist: `math` turns flash off,
 // `cudnn` and `efficient` are a ConfigError.
 std::string apply_attention_backend(AttentionBackend backend, torch::Device device, int cuda_major = 0);
+// Puts back the SDPA order apply_attention_backend set on CUDA when something
+// (PyTorch itself, on its first attention call) changed it since; true when it
+// had changed. Cheap: StepRunner::begin_step calls it every step.
+bool hold_attention_order();
 
 // Turns bf16 autocast on for the current scope, on CUDA or the CPU (matmuls
 // in bf16; losses, softmax and norms in fp32; fp32 weights). There is no RAII

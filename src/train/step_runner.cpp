@@ -94,7 +94,10 @@ int64_t StepRunner::graph_stream_id() const {
 #endif
 }
 
-void StepRunner::begin_step() { model_->begin_step(); }
+void StepRunner::begin_step() {
+  hold_attention_order();  // train.attention_backend holds even after PyTorch reorders the backends
+  model_->begin_step();
+}
 
 DeviceBatch StepRunner::to_device(const Batch& batch) {
   const auto& dev = compute_.device;

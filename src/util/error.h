@@ -34,6 +34,9 @@ class Error : public std::runtime_error {
   const std::string& kind() const noexcept { return kind_; }
   int exit_code() const noexcept { return exit_code_; }
 
+ protected:
+  void set_kind(std::string kind) { kind_ = std::move(kind); }
+
  private:
   std::string kind_;
   int exit_code_;
@@ -97,6 +100,15 @@ class InteropError : public Error {
 class DistError : public Error {
  public:
   explicit DistError(const std::string& message) : Error(message, "distributed setup") {}
+};
+
+// NCCL ranks that would share one GPU, which NCCL refuses: its own kind, so
+// scripts (the GPU check) can tell this expected refusal from other failures
+// by "keel: shared GPU:" rather than by the message's prose.
+class SharedGpuError : public DistError {
+ public:
+  static constexpr const char* kKind = "shared GPU";
+  explicit SharedGpuError(const std::string& message) : DistError(message) { set_kind(kKind); }
 };
 
 // A collective with the other ranks failed (a peer died, hung, or left):

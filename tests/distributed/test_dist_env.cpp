@@ -2,6 +2,8 @@
 // and the errors for inconsistent variables.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "distributed/dist_env.h"
 #include "distributed/process_group.h"
 #include "train/device.h"
@@ -129,6 +131,47 @@ TEST(RankDevice, RanksSharingAPhysicalGpuAreFound) {
   EXPECT_EQ(ranks_sharing_a_device({"n1/0000:01:00.0", "n1/0000:02:00.0", "n1/0000:01:00.0"}),
             std::make_pair(0, 2));
   EXPECT_EQ(ranks_sharing_a_device({"", ""}), std::make_pair(-1, -1)) << "CPU ranks have no key";
+}
+
+TEST(PointToPoint, GlooStagesDeviceTensorsThroughTheHost) {
+  // Gloo's send of a CUDA tensor wrote device memory to a socket ("Bad
+  // address" on the H200); NCCL sends device memory itself.
+  EXPECT_TRUE(point_to_point_stages_through_host(DistBackend::gloo, torch::Device(torch::kCUDA, 0)));
+  EXPECT_FALSE(point_to_point_stages_through_host(DistBackend::gloo, torch::Device(torch::kCPU)));
+  EXPECT_FALSE(point_to_point_stages_through_host(DistBackend::nccl, torch::Device(torch::kCUDA, 0)));
+}
+
+TEST(AttentionOrder, KeelsOrderIsPutBackAfterSomethingChangesIt) {
+  // PyTorch 2.11 moves cuDNN first on its first CUDA attention call; on the
+  // H200 train.attention_backend: flash then ran cuDNN. The order applied for
+  // a CUDA device (its warm-up call fails harmlessly without a GPU) is held.
+  auto& ctx = at::globalContext();
+  const auto before = ctx.sDPPriorityOrder();
+  std::vector<int64_t> saved;
+  for (auto b : before) saved.push_back(static_cast<int64_t>(b));
+  apply_attention_backend(AttentionBackend::flash, torch::Device(torch::kCUDA, 0), 9);
+  ASSERT_EQ(ctx.sDPPriorityOrder()[0], at::SDPBackend::flash_attention);
+  EXPECT_FALSE(hold_attention_order()) << "nothing changed it yet";
+  std::vector<int64_t> cudnn_first = saved;
+  const auto cudnn = static_cast<int64_t>(at::SDPBackend::cudnn_attention);
+  cudnn_first.erase(std::find(cudnn_first.begin(), cudnn_first.end(), cudnn));
+  cudnn_first.insert(cudnn_first.begin(), cudnn);
+  ctx.setSDPPriorityOrder(cudnn_first);  // what PyTorch does on its first call
+  EXPECT_TRUE(hold_attention_order());
+  EXPECT_EQ(ctx.sDPPriorityOrder()[0], at::SDPBackend::flash_attention);
+  EXPECT_FALSE(hold_attention_order());
+  apply_attention_backend(AttentionBackend::automatic, torch::Device(torch::kCPU));
+  ctx.setSDPPriorityOrder(saved);
+  EXPECT_FALSE(hold_attention_order()) << "a CPU run holds no order";
+}
+
+TEST(SharedGpu, TheRefusalHasAKindScriptsCanMatch) {
+  // scripts/gpu_check.sh tells NCCL's expected refusal of two ranks on one
+  // GPU from a failure by "keel: shared GPU:", the kind main() prints.
+  const SharedGpuError e("ranks 0 and 1 would share the GPU n/0");
+  EXPECT_EQ(e.kind(), "shared GPU");
+  EXPECT_EQ(e.exit_code(), exit_code::bad_input);
+  EXPECT_NE(dynamic_cast<const DistError*>(&e), nullptr) << "still a distributed-setup error for callers";
 }
 
 // ------------------------------------------------ NCCL's failure contract

@@ -132,6 +132,7 @@ TEST(Bench, AttentionBackendMathIsWhatRuns) {
                      " --set train.attention_backend=math", &out);
   ASSERT_FALSE(r.is_null());
   EXPECT_EQ(r["attention"]["kernel"], "math");
+  EXPECT_EQ(r["attention"]["requested"], "math") << "the record says what was asked for beside what ran";
   EXPECT_TRUE(r["ops_per_step"].is_null());
   // A softcap takes the blockwise path, whatever the backend.
   r = run_bench(" --steps 1 --warmup 0 --breakdown-steps 0 --monitor-repeats 0 --set model.attn_softcap=30", &out);
