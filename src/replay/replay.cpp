@@ -27,8 +27,29 @@ const std::vector<std::string>& replay_branch_names() {
   return names;
 }
 
-std::vector<ReplayBranch> replay_branches(const Config& run, int64_t from, int64_t step, int64_t skip_batches,
-                                          const std::vector<std::string>& wanted) {
+RunCompute read_run_compute(const std::string& run_dir) {
+  RunCompute c;
+  const std::string path = run_dir + "/compute.json";
+  if (!path_exists(path)) return c;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_small_file(path, 1u << 16));
+  } catch (const nlohmann::json::exception& e) {
+    throw RunDirError(path + ": not JSON (" + std::string(e.what()).substr(0, 200) + ")");
+  }
+  const auto device = j.is_object() ? j.value("device", std::string()) : std::string();
+  const auto precision = j.is_object() ? j.value("precision", std::string()) : std::string();
+  if ((device != "cuda" && device != "cpu") || (precision != "bf16" && precision != "fp32" && precision != "fp64"))
+    throw RunDirError(path + ": expected {\"device\": \"cpu\" or \"cuda\", \"precision\": \"bf16\", \"fp32\" "
+                      "or \"fp64\"}");
+  c.known = true;
+  c.cuda = device == "cuda";
+  c.precision = precision;
+  return c;
+}
+
+std::vector<ReplayBranch> replay_branches(const Config& run, const RunCompute& compute, int64_t from, int64_t step,
+                                          int64_t skip_batches, const std::vector<std::string>& wanted) {
   const auto& names = replay_branch_names();
   ConfigErrors errors;
   for (const auto& w : wanted)
@@ -60,12 +81,18 @@ std::vector<ReplayBranch> replay_branches(const Config& run, int64_t from, int64
       b.sets.push_back(strf("train.min_lr=%.17g", run.train.min_lr / 2));
       b.fork_changes.insert(b.fork_changes.end(), {"train.lr", "train.min_lr"});
     } else if (name == "precision") {
-      const bool cuda = run.train.device == DeviceChoice::cuda;
-      const bool bf16 = run.train.precision == Precision::bf16 || (cuda && run.train.precision == Precision::automatic);
-      if (bf16) {
+      // What the run computed in, not what its config says: "auto" is bf16
+      // on a GPU and fp32 on the CPU, and only the run knew where it ran.
+      const bool unresolved = run.train.device == DeviceChoice::automatic || run.train.precision == Precision::automatic;
+      const bool cuda = compute.known ? compute.cuda : run.train.device == DeviceChoice::cuda;
+      const bool bf16 = compute.known ? compute.precision == "bf16" : run.train.precision == Precision::bf16;
+      if (!compute.known && unresolved && run.train.precision != Precision::bf16) {
+        b.unavailable = "the run's config says train.device / train.precision auto and the run has no compute.json "
+                        "saying what that was (an older keel): set the precision branch's run apart by hand";
+      } else if (bf16) {
         b.what = "fp32 instead of bf16 autocast";
         b.sets.push_back("train.precision=fp32");
-      } else if (run.train.precision == Precision::fp64) {
+      } else if (compute.known ? compute.precision == "fp64" : run.train.precision == Precision::fp64) {
         b.unavailable = "the run is fp64 already";
       } else if (cuda) {
         b.unavailable = "the run is fp32 on a GPU, where keel has no higher precision (fp64 is CPU only)";
@@ -223,7 +250,8 @@ int run_replay(const ReplayOptions& o) {
                            "keeping it)", run_dir.c_str(), static_cast<long long>(o.step),
                            steps_on_disk.empty() ? "none" : steps_on_disk.c_str()));
   const int64_t last = o.step + o.steps;
-  const std::vector<ReplayBranch> branches = replay_branches(cfg, from, o.step, o.skip_batches, o.branches);
+  const std::vector<ReplayBranch> branches =
+      replay_branches(cfg, read_run_compute(run_dir), from, o.step, o.skip_batches, o.branches);
 
   // What the run itself recorded.
   const std::vector<nlohmann::json> original = spikes_between(run_dir, o.step, o.step);

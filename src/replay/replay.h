@@ -53,10 +53,21 @@ struct ReplayBranch {
 
 const std::vector<std::string>& replay_branch_names();
 
-// The branches for a run with config `run`, forked at checkpoint step
-// `from` to study the spike at `step`. Throws ConfigError for an unknown name.
-std::vector<ReplayBranch> replay_branches(const Config& run, int64_t from, int64_t step, int64_t skip_batches,
-                                          const std::vector<std::string>& wanted);
+// What the run computed on, as its compute.json recorded it when it started
+// (train.device and train.precision "auto" resolved: Trainer writes it).
+// known is false for a run without the file (made by an older keel).
+struct RunCompute {
+  bool known = false;
+  bool cuda = false;
+  std::string precision;  // "bf16", "fp32" or "fp64"
+};
+RunCompute read_run_compute(const std::string& run_dir);
+
+// The branches for a run with config `run` that computed on `compute`, forked
+// at checkpoint step `from` to study the spike at `step`. Throws ConfigError
+// for an unknown name.
+std::vector<ReplayBranch> replay_branches(const Config& run, const RunCompute& compute, int64_t from, int64_t step,
+                                          int64_t skip_batches, const std::vector<std::string>& wanted);
 
 // The spikes of a run directory's spikes.jsonl at steps in [first, last]
 // (checked by check_run_logs first), as {"step", "signal", "value", "z"}.

@@ -152,6 +152,11 @@ void Trainer::setup() {
     run_ = std::make_unique<RunDir>(cfg_, !opts_.resume.empty(), /*writer=*/rank0());
     if (rank0()) {
       run_->write_config(cfg_);
+      // What "auto" became here (keel replay's precision branch reads it).
+      run_->write_json_atomic("compute.json", {{"device", compute_.device.is_cuda() ? "cuda" : "cpu"},
+                                               {"precision", compute_.bf16_autocast ? "bf16" : compute_.fp64 ? "fp64"
+                                                                                                              : "fp32"},
+                                               {"device_name", compute_.device_name}});
       data = ensure_prepared(cfg_);
       prepare_eval_sets(cfg_, data);
     }

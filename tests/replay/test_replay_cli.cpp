@@ -10,7 +10,10 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "config/config.h"
+#include "replay/replay.h"
 #include "test_util.h"
+#include "util/error.h"
 #include "util/fs.h"
 
 using keel_test::read_file;
@@ -82,7 +85,11 @@ TEST_F(ReplayCli, ADataSpikeComesBackIdenticallyAndGoesWithItsBatch) {
   const double run_loss = replay["losses"]["original"]["25"], identical = branch(replay, "identical")["loss_at_step"];
   EXPECT_DOUBLE_EQ(identical, run_loss);
   EXPECT_LT(branch(replay, "skip")["loss_at_step"].get<double>(), run_loss / 5);
-  // fp64 for an fp32 CPU run: a real fp64 run, whose loss agrees with fp32's.
+  // The run recorded what "auto" became here; fp64 for an fp32 CPU run: a
+  // real fp64 run, whose loss agrees with fp32's.
+  const auto compute = read_json(run + "/compute.json");
+  EXPECT_EQ(compute["device"], "cpu");
+  EXPECT_EQ(compute["precision"], "fp32");
   EXPECT_EQ(branch(replay, "precision")["what"], "fp64 instead of fp32 (CPU): weights, optimizer state and every computation");
   EXPECT_NE(read_file(out + "/precision/train.log").find(", fp64 "), std::string::npos);
   EXPECT_NEAR(branch(replay, "precision")["loss_at_step"].get<double>(), run_loss, 1e-3 * run_loss);
@@ -116,6 +123,55 @@ TEST_F(ReplayCli, AnOptimizerStateSpikeComesBackInBothBranches) {
   ASSERT_EQ(run_keel("replay " + run + " --step 22 --steps 1 --branches identical --no-plots", &log), 0) << log;
   EXPECT_EQ(read_file(run + "/branches/replay-22/notes.txt"), "mine");
   EXPECT_EQ(read_json(run + "/branches/replay-22/replay.json")["branches"].size(), 1u);
+}
+
+const keel::ReplayBranch& precision_branch(const std::vector<keel::ReplayBranch>& branches) {
+  for (const auto& b : branches)
+    if (b.name == "precision") return b;
+  throw std::runtime_error("no precision branch");
+}
+
+// A run's config keeps train.device / train.precision "auto"; the branch must
+// follow what the run computed in (its compute.json). Before, a GPU run with
+// "auto" got an fp64 branch, which keel refuses on CUDA.
+TEST(ReplayBranches, ThePrecisionBranchFollowsWhatAutoResolvedTo) {
+  keel::Config cfg;  // device and precision auto
+  ASSERT_EQ(cfg.train.device, keel::DeviceChoice::automatic);
+  ASSERT_EQ(cfg.train.precision, keel::Precision::automatic);
+  auto on = [&](bool known, bool cuda, const char* precision) {
+    keel::RunCompute c;
+    c.known = known, c.cuda = cuda, c.precision = precision;
+    return precision_branch(keel::replay_branches(cfg, c, 10, 25, 0, {"precision"}));
+  };
+  const auto gpu_bf16 = on(true, true, "bf16");
+  EXPECT_EQ(gpu_bf16.unavailable, "");
+  EXPECT_EQ(gpu_bf16.sets, std::vector<std::string>{"train.precision=fp32"});
+  EXPECT_NE(on(true, true, "fp32").unavailable.find("fp32 on a GPU"), std::string::npos);
+  EXPECT_EQ(on(true, false, "fp32").sets, std::vector<std::string>{"train.precision=fp64"});
+  EXPECT_EQ(on(true, false, "bf16").sets, std::vector<std::string>{"train.precision=fp32"});
+  EXPECT_EQ(on(true, false, "fp64").unavailable, "the run is fp64 already");
+  // A run without the record: no guess for "auto", a reason instead.
+  EXPECT_NE(on(false, false, "").unavailable.find("no compute.json"), std::string::npos);
+  // An explicit config needs no record.
+  cfg.train.precision = keel::Precision::bf16;
+  EXPECT_EQ(on(false, false, "").sets, std::vector<std::string>{"train.precision=fp32"});
+}
+
+TEST(ReplayBranches, AHostileComputeRecordIsRefusedNamingTheFile) {
+  const std::string dir = keel_test::make_temp_dir("replay_compute");
+  EXPECT_FALSE(keel::read_run_compute(dir).known);
+  write_file(dir + "/compute.json", "{\"device\": \"tpu\", \"precision\": \"fp32\"}");
+  try {
+    keel::read_run_compute(dir);
+    ADD_FAILURE() << "an unknown device was accepted";
+  } catch (const keel::RunDirError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/compute.json"), std::string::npos) << e.what();
+  }
+  write_file(dir + "/compute.json", std::string(1 << 17, '['));  // deep and too large: bounded, not parsed
+  EXPECT_THROW(keel::read_run_compute(dir), std::exception);
+  write_file(dir + "/compute.json", "[[[[");
+  EXPECT_THROW(keel::read_run_compute(dir), keel::RunDirError);
+  keel::remove_tree(dir);
 }
 
 TEST_F(ReplayCli, BadInputExitsTwoNamingWhatIsWrong) {
