@@ -176,10 +176,9 @@ bool document_varlen_requested() {
 }
 
 torch::Tensor varlen_document_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                        const torch::Tensor& segments_host, double scale) {
+                                        const DocumentLayout& docs, double scale) {
   const int64_t B = q.size(0), H = q.size(1), Hkv = k.size(1), T = q.size(2), D = q.size(3);
-  auto [cu, longest] = document_cu_seqlens(segments_host);
-  cu = cu.to(q.device(), /*non_blocking=*/false);
+  const auto [cu, longest] = docs.varlen();  // once per forward, for every layer
   // shape: [B * T, heads, D], the packed sequence varlen kernels take
   auto flat = [&](const torch::Tensor& t, int64_t heads) { return t.transpose(1, 2).reshape({B * T, heads, D}); };
   auto out = std::get<0>(at::_flash_attention_forward(flat(q, H), flat(k, Hkv), flat(v, Hkv), cu, cu, longest, longest,
@@ -266,10 +265,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   const bool track = track_head_max && torch::GradMode::is_enabled();  // training forwards only
   if (sdpa_path(stats != nullptr) && docs && varlen_eligible(q.device(), q.scalar_type()) &&
       k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type()) {
-    y = varlen_document_attention(q, k, v, docs->segments_host, scale_);
+    y = varlen_document_attention(q, k, v, *docs, scale_);
   } else if (sdpa_path(stats != nullptr) && docs) {
     // The block-diagonal causal mask, [B, 1, T, T] bools.
-    y = at::scaled_dot_product_attention(q, k, v, document_attention_mask(docs->segments), 0.0,
+    y = at::scaled_dot_product_attention(q, k, v, docs->mask(), 0.0,
                                          /*is_causal=*/false, scale_, /*enable_gqa=*/n_kv_heads_ != n_heads_);
   } else if (sdpa_path(stats != nullptr)) {
     y = at::scaled_dot_product_attention(q, k, v, c10::nullopt, 0.0, /*is_causal=*/true, scale_,
@@ -284,7 +283,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     o.stats = stats != nullptr;
     if (docs) {
       o.segments = docs->segments;
-      o.segments_host = docs->segments_host;
+      o.segments_host = docs->segments_host();
     }
     BlockwiseResult r = blockwise_attention(q, k, v, o);
     y = r.out;

@@ -100,11 +100,11 @@ torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k,
 // kernel (FlashAttention-2's cu_seqlens): the batch's rows are flattened to
 // one packed sequence and every document of every row is its own sequence,
 // so no mask exists. q [B, H, T, D], k/v [B, Hkv, T, D] in bf16 or fp16 on
-// CUDA; segments_host the CPU copy of DocumentLayout::segments. Returns
+// CUDA; docs the batch's layout (its offsets are made once per forward). Returns
 // [B, H, T, D]. Not yet run on a GPU: taken only with KEEL_DOCUMENT_VARLEN=1
 // (document_varlen_requested) until the GPU check has (tests/gpu/test_cuda.cpp).
 torch::Tensor varlen_document_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                        const torch::Tensor& segments_host, double scale);
+                                        const DocumentLayout& docs, double scale);
 // The documents' cumulative starts over the flattened rows (int32
 // [documents + 1]) and the longest document: varlen's cu_seqlens and max length.
 std::pair<torch::Tensor, int64_t> document_cu_seqlens(const torch::Tensor& segments_host);

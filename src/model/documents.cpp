@@ -1,5 +1,9 @@
 #include "model/documents.h"
 
+#include <atomic>
+
+#include "model/attention.h"
+
 namespace keel {
 
 DocumentLayout document_layout(const torch::Tensor& idx, const DocumentMasking& masking) {
@@ -15,8 +19,37 @@ DocumentLayout document_layout(const torch::Tensor& idx, const DocumentMasking& 
     auto start = std::get<0>(torch::where(is_eos, t, torch::zeros_like(t)).cummax(1));
     out.positions = t - start;
   }
-  out.segments_host = out.segments.device().is_cpu() ? out.segments : out.segments.to(torch::kCPU);
   return out;
+}
+
+namespace {
+std::atomic<int64_t> host_copies{0};
+}
+
+int64_t document_host_copies() { return host_copies.load(); }
+
+const torch::Tensor& DocumentLayout::segments_host() const {
+  if (!derived_->segments_host.defined()) {
+    ++host_copies;
+    derived_->segments_host = segments.device().is_cpu() ? segments.contiguous() : segments.to(torch::kCPU).contiguous();
+  }
+  return derived_->segments_host;
+}
+
+std::pair<torch::Tensor, int64_t> DocumentLayout::varlen() const {
+  if (!derived_->cu_seqlens.defined()) {
+    auto [cu, longest] = document_cu_seqlens(segments_host());
+    // From pageable host memory: ordered on the stream, and the host does not
+    // wait for the kernels before it (it already waited for segments_host).
+    derived_->cu_seqlens = cu.to(segments.device());
+    derived_->longest = longest;
+  }
+  return {derived_->cu_seqlens, derived_->longest};
+}
+
+const torch::Tensor& DocumentLayout::mask() const {
+  if (!derived_->mask.defined()) derived_->mask = document_attention_mask(segments);
+  return derived_->mask;
 }
 
 torch::Tensor document_attention_mask(const torch::Tensor& segments) {

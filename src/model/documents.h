@@ -16,6 +16,8 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 
 namespace keel {
 
@@ -27,10 +29,32 @@ struct DocumentMasking {
 };
 
 struct DocumentLayout {
-  torch::Tensor segments;       // int64 [B, T]: document index within the row, non-decreasing
-  torch::Tensor positions;      // int64 [B, T]: position within the document; undefined without reset
-  torch::Tensor segments_host;  // `segments` on the CPU (the blockwise path plans its blocks on the host)
+  torch::Tensor segments;   // int64 [B, T]: document index within the row, non-decreasing
+  torch::Tensor positions;  // int64 [B, T]: position within the document; undefined without reset
+
+  // Made on first use and shared by every layer of one forward (and by the
+  // copies activation checkpointing keeps), so a device-to-host copy happens
+  // at most once per forward, and only on a path that needs it:
+  //   segments_host  `segments` on the CPU: the blockwise path plans its
+  //                  blocks there, the varlen path its offsets (a D2H copy on CUDA)
+  //   varlen         cumulative document lengths over the flattened batch
+  //                  (int32, on segments' device) and the longest document
+  //   mask           document_attention_mask(segments), for SDPA's mask path
+  const torch::Tensor& segments_host() const;
+  std::pair<torch::Tensor, int64_t> varlen() const;
+  const torch::Tensor& mask() const;
+
+ private:
+  struct Derived {
+    torch::Tensor segments_host, cu_seqlens, mask;
+    int64_t longest = 0;
+  };
+  std::shared_ptr<Derived> derived_ = std::make_shared<Derived>();
 };
+
+// How many times a DocumentLayout made its host copy of the segments, since
+// the process started: the CPU tests count them per forward (one at most).
+int64_t document_host_copies();
 
 // The layout of idx [B, T]: segments[b, t] counts the EOS tokens in idx[b, 0..t]
 // (an EOS starts a document); positions[b, t] = t - the last EOS at or before t

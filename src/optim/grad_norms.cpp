@@ -1,25 +1,35 @@
 #include "optim/grad_norms.h"
 
+#include <atomic>
+
 namespace keel {
 
 namespace {
 
+std::atomic<int64_t> mask_uploads{0};
+
 // Keeps row i where owned[i] (one flag per row), zeroes the others, and sums over ranks.
-torch::Tensor keep_owned_rows(const torch::Tensor& rows, std::vector<char> owned,
-                              const std::function<void(torch::Tensor&)>& sum) {
+torch::Tensor keep_owned_rows(const torch::Tensor& rows, std::vector<char> owned, const GradShard& shard) {
   TORCH_CHECK(rows.size(0) == static_cast<int64_t>(owned.size()), "rows_from_owners: one row per parameter");
   std::vector<int64_t> shape(static_cast<size_t>(rows.dim()), 1);
   shape[0] = rows.size(0);
-  auto mask = torch::from_blob(owned.data(), {rows.size(0)}, torch::kUInt8).to(rows.device(), torch::kBool);
-  auto out = torch::where(mask.view(shape), rows, torch::zeros({}, rows.options()));
-  sum(out);
+  auto& cache = shard.mask_cache;
+  if (!cache.mask.defined() || cache.flags != owned || cache.mask.device() != rows.device()) {
+    ++mask_uploads;
+    cache.mask = torch::from_blob(owned.data(), {rows.size(0)}, torch::kUInt8).to(rows.device(), torch::kBool);
+    cache.flags = std::move(owned);
+  }
+  auto out = torch::where(cache.mask.view(shape), rows, torch::zeros({}, rows.options()));
+  shard.sum(out);
   return out;
 }
 
 }  // namespace
 
+int64_t owner_mask_uploads() { return mask_uploads.load(); }
+
 torch::Tensor rows_from_owners(const torch::Tensor& rows, const GradShard* shard) {
-  return shard ? keep_owned_rows(rows, shard->owned, shard->sum) : rows;
+  return shard ? keep_owned_rows(rows, shard->owned, *shard) : rows;
 }
 
 GradNorms grad_norms(const std::vector<NamedParam>& params, const GradShard* shard) {
@@ -36,7 +46,7 @@ GradNorms grad_norms(const std::vector<NamedParam>& params, const GradShard* sha
   if (shard) {
     std::vector<char> owned;
     for (size_t i : out.index) owned.push_back(shard->owned.at(i));
-    out.norms = keep_owned_rows(out.norms, std::move(owned), shard->sum);
+    out.norms = keep_owned_rows(out.norms, std::move(owned), *shard);
   }
   return out;
 }

@@ -19,7 +19,19 @@ namespace keel {
 struct GradShard {
   std::vector<char> owned;
   std::function<void(torch::Tensor&)> sum;
+  // The owner mask on the device, made once: a host-to-device copy from
+  // pageable memory makes the host wait for the stream, so one per step was
+  // a sync per step under ZeRO-1. Rebuilt only when the flags or the device change.
+  struct MaskCache {
+    std::vector<char> flags;
+    torch::Tensor mask;
+  };
+  mutable MaskCache mask_cache;
 };
+
+// How many owner masks were copied to a device since the process started:
+// the tests count them per step (none after the first).
+int64_t owner_mask_uploads();
 
 struct GradNorms {
   std::vector<size_t> index;  // the parameters that have a gradient, by position in params

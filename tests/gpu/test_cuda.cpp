@@ -256,7 +256,9 @@ TEST(Cuda, DocumentMaskedAttentionEqualsEachDocumentAlone) {
     o.segments_host = seg_host;
     return blockwise_attention(qq, kk, vv, o).out;
   });
-  auto varlen = run([&](auto qq, auto kk, auto vv) { return varlen_document_attention(qq, kk, vv, seg_host, 0.125); });
+  DocumentLayout layout;
+  layout.segments = seg;
+  auto varlen = run([&](auto qq, auto kk, auto vv) { return varlen_document_attention(qq, kk, vv, layout, 0.125); });
   const char* names[] = {"out", "dq", "dk", "dv"};
   for (const auto& [name, got] : std::vector<std::pair<std::string, std::vector<torch::Tensor>>>{
            {"sdpa", sdpa}, {"blockwise", blockwise}, {"varlen", varlen}})

@@ -71,7 +71,7 @@ TEST(DocumentLayout, SegmentsAndPositionsFromTheIds) {
   auto layout = keel::document_layout(ids, {E, true});
   EXPECT_TRUE(torch::equal(layout.segments, torch::tensor({0, 1, 1, 1, 2, 2, 0, 1, 1, 1, 1, 1}, torch::kInt64).view({2, 6})));
   EXPECT_TRUE(torch::equal(layout.positions, torch::tensor({0, 0, 1, 2, 0, 1, 0, 0, 1, 2, 3, 4}, torch::kInt64).view({2, 6})));
-  EXPECT_TRUE(layout.segments_host.device().is_cpu());
+  EXPECT_TRUE(layout.segments_host().device().is_cpu());
   EXPECT_FALSE(keel::document_layout(ids, {E, false}).positions.defined());
   // The mask: causal within a document, nothing across.
   auto mask = keel::document_attention_mask(layout.segments);
@@ -213,6 +213,36 @@ TEST(DocumentMask, SecondDocumentOfAWindowGetsItsLogitsAlone) {
       model->set_documents(keel::DocumentMasking{});
       EXPECT_GT(max_abs_diff(model->forward(window).narrow(1, first.size(0), second.size(0)), alone), 1e-6);
     }
+}
+
+// Issue 52: the layout's host copy of the segments is made at most once per
+// forward, shared by every layer, and not at all on the masked SDPA path
+// (which needs nothing on the host). On CUDA each such copy blocks the host;
+// before, every forward made one, and the varlen path one more per layer.
+TEST(DocumentMask, TheHostCopyOfTheSegmentsIsMadeOncePerForwardAtMost) {
+  auto cfg = tiny_config();
+  cfg.n_layers = 3;
+  auto ids = torch::tensor({{3, 4, 1, 5, 6, 7, 1, 8, 9, 10, 11, 12, 13, 1, 14, 15}}, torch::kInt64);
+  for (bool softcap : {false, true}) {
+    SCOPED_TRACE(softcap ? "softcap: blockwise, plans on the host" : "SDPA with the mask");
+    if (softcap) cfg.attn_softcap = 5.0;
+    auto model = make_model(cfg, 4);
+    model->set_documents({1, true});
+    const int64_t before = keel::document_host_copies();
+    auto loss = model->forward(ids).sum();
+    loss.backward();  // the blockwise backward plans again, from the same copy
+    EXPECT_EQ(keel::document_host_copies() - before, softcap ? 1 : 0);
+  }
+  // The layout's derived tensors are shared by its copies (checkpointing's recompute keeps one).
+  auto layout = keel::document_layout(ids, {1, true});
+  const keel::DocumentLayout copy = layout;
+  const int64_t before = keel::document_host_copies();
+  EXPECT_EQ(copy.segments_host().data_ptr(), layout.segments_host().data_ptr());
+  EXPECT_EQ(copy.mask().data_ptr(), layout.mask().data_ptr());
+  EXPECT_EQ(keel::document_host_copies() - before, 1);
+  const auto [cu, longest] = layout.varlen();
+  EXPECT_TRUE(torch::equal(cu, keel::document_cu_seqlens(layout.segments_host()).first));
+  EXPECT_EQ(longest, 7);
 }
 
 // Monitoring forwards (statistics on: the blockwise path, fp32 softmax) under

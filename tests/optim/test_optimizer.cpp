@@ -171,6 +171,28 @@ TEST(Clip, GlobalNormAndScalingOnDevice) {
   EXPECT_NEAR(a.grad()[0].item<double>(), 0.6, 1e-5);
 }
 
+// Issue 52: ZeRO-1's clipping copied the owner mask to the device on every
+// step, a host-to-device copy from pageable memory that makes a CUDA host
+// wait. It is made once and kept while the flags and the device stay.
+TEST(Clip, UnderAShardTheOwnerMaskIsCopiedOncePerRun) {
+  auto a = torch::zeros({3}).requires_grad_(true), b = torch::zeros({2}).requires_grad_(true);
+  a.mutable_grad() = torch::tensor({3.0f, 0.0f, 0.0f});
+  b.mutable_grad() = torch::tensor({0.0f, 4.0f});
+  std::vector<NamedParam> ps = {{"a", a}, {"b", b}};
+  GradShard shard;
+  shard.owned = {1, 0};            // this rank owns a
+  shard.sum = [](torch::Tensor&) {};  // one rank: the sum is itself
+  const int64_t before = owner_mask_uploads();
+  for (int step = 0; step < 5; ++step) {
+    auto norm = clip_grad_norm(ps, 0.0, &shard);
+    EXPECT_NEAR(norm.item<double>(), 3.0, 1e-6) << "b's norm is its owner's to add";
+  }
+  EXPECT_EQ(owner_mask_uploads() - before, 1);
+  shard.owned = {0, 1};  // other flags: a new mask
+  EXPECT_NEAR(clip_grad_norm(ps, 0.0, &shard).item<double>(), 4.0, 1e-6);
+  EXPECT_EQ(owner_mask_uploads() - before, 2);
+}
+
 TEST(Accumulation, FourMicroBatchesOfTwoEqualOneOfEight) {
   auto cfg = tiny_model();
   Transformer a = build_model(cfg, 11), b = build_model(cfg, 11);
