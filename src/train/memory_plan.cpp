@@ -131,6 +131,15 @@ MemoryPlan plan_memory(const Config& cfg, const MemoryPlanOptions& options) {
   per_token += (m.norm_placement == NormPlacement::post ? 0 : static_cast<double>(m.d_model) * r) +
                static_cast<double>(m.d_model) * 4;
   plan.saved_per_seq = per_token * T;
+  // data.document_mask on SDPA's mask path (no softcap, clamp or QK-clip:
+  // those take the blockwise path, which forms nothing of size T^2): the
+  // bool mask [T, T] per sequence, made once per forward, and on CUDA the
+  // additive bias SDPA's memory-efficient kernel makes from it in the compute
+  // dtype and keeps for backward, in every layer (3.2 GB at T = 4096, 8
+  // sequences, 12 layers in bf16).
+  const bool document_mask_path = cfg.data.document_mask && !m.attn_softcap && !m.attn_logit_clamp && !t.qk_clip_tau;
+  plan.mask_per_seq = document_mask_path ? T * T * (1 + (options.cuda ? static_cast<double>(m.n_layers) * b : 0)) : 0;
+  plan.saved_per_seq += plan.mask_per_seq;
   // Backward's working set on top, in blocks' worth of activations. Without
   // recompute none: backward frees each block's activations as it makes
   // their gradients. With recompute, the rebuilt graph of one block (1),
@@ -166,6 +175,13 @@ MemoryPlan plan_memory(const Config& cfg, const MemoryPlanOptions& options) {
   else
     plan.assumptions.push_back("CPU: these are live bytes; the process also holds its libraries (about 0.35 GiB), "
                                "and keel's CPU allocator keeps freed memory, so its resident peak is higher");
+  if (document_mask_path)
+    plan.assumptions.push_back(
+        "data.document_mask: the [T, T] mask once per forward" +
+        std::string(options.cuda ? " and its bias in every layer (the memory-efficient kernel's; not yet measured on "
+                                   "a GPU)"
+                                 : "") +
+        "; a softcap or clamp (the blockwise path) or KEEL_DOCUMENT_VARLEN=1 on CUDA forms none");
   if (t.loss_chunk_tokens > 0 && !options.cuda)
     plan.assumptions.push_back("CPU: the loss chunk is capped at 2^24 logits (model/chunked_loss.h)");
   return plan;

@@ -39,6 +39,7 @@ struct MemoryPlan {
   // Bytes per sequence of a micro-batch: what the forward keeps for
   // backward, and what backward holds on top of it at its first block.
   double saved_per_seq = 0, transient_per_seq = 0;
+  double mask_per_seq = 0;  // of saved_per_seq: data.document_mask's [T, T] mask (and on CUDA its per-layer bias)
   // The output head's loss (model/chunked_loss.h): the head's gradient,
   // formed in the forward and kept, and a chunk of logits with their
   // log-softmax: min(chunk_tokens, micro-batch tokens) x logit_bytes

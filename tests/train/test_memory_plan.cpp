@@ -89,6 +89,28 @@ TEST(MemoryPlan, CudaCountsBf16CastsAndTheLargestMicroBatchFits) {
   EXPECT_GT(full.max_micro_batch(80), plan.max_micro_batch(80));
 }
 
+// Issue 52: under data.document_mask, SDPA's mask path keeps a [T, T] mask,
+// and on CUDA a bias per layer; the plan had none of it.
+TEST(MemoryPlan, TheDocumentMaskCountsItsTSquaredTerms) {
+  Config cfg = keel::load_config(keel_test::source_path("configs/gpt2-124m.yaml"),
+                                 {"model.max_seq_len=4096", "train.micro_batch_size=8", "train.batch_size=8"});
+  MemoryPlanOptions o;  // CUDA, bf16
+  const MemoryPlan plain = keel::plan_memory(cfg, o);
+  EXPECT_EQ(plain.mask_per_seq, 0);
+  cfg.data.document_mask = true;
+  const MemoryPlan masked = keel::plan_memory(cfg, o);
+  const double T = 4096, layers = static_cast<double>(cfg.model.n_layers);
+  EXPECT_EQ(masked.mask_per_seq, T * T * (1 + layers * 2));
+  EXPECT_EQ(masked.saved_per_seq - plain.saved_per_seq, masked.mask_per_seq);
+  EXPECT_NEAR(8 * masked.mask_per_seq / 1e9, 3.36, 0.01) << "the issue's ~3.2 GB at T = 4096, 8 sequences";
+  // The CPU keeps the mask alone; the blockwise path (a softcap) forms none.
+  o.cuda = false;
+  EXPECT_EQ(keel::plan_memory(cfg, o).mask_per_seq, T * T);
+  o.cuda = true;
+  cfg.model.attn_softcap = 50.0;
+  EXPECT_EQ(keel::plan_memory(cfg, o).mask_per_seq, 0);
+}
+
 namespace {
 
 double measured_peak_mib(const std::string& mode, int batch) {
