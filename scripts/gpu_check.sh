@@ -26,8 +26,10 @@
 # Exit status: 0 all passed (a skip is not a failure), 1 a check failed, 2 the preflight failed.
 #
 # Environment:
-#   GPU_CHECK_PART=1|2   the part (default 1)
-#   GPU_CHECK_BUDGET_S   seconds for the part (default 480): a section whose estimate does not fit
+#   GPU_CHECK_PART=1|2|3 the part (default 1); 3 holds the speed figures that do not fit part 2,
+#                        for a session with device time to spare
+#   GPU_CHECK_BUDGET_S   seconds for the part (default 300, so that parts 1 and 2 and the machine's
+#                        start fit 12 of a session's 15 minutes): a section whose estimate does not fit
 #                        the time left is skipped and reported, a running one is cut at it
 #   GPU_CHECK_ONLY=a,b   only these sections (the preflight always runs)
 #   GPU_CHECK_PLAN=1     print the plan, "PART SECTION ESTIMATE_S" lines for both parts, run nothing
@@ -48,11 +50,11 @@ dry=${GPU_CHECK_DRY:-0}
 plan_only=${GPU_CHECK_PLAN:-0}
 [[ $plan_only == 0 ]] && plan_only=""
 part=${GPU_CHECK_PART:-1}
-budget=${GPU_CHECK_BUDGET_S:-480}
+budget=${GPU_CHECK_BUDGET_S:-300}
 only=${GPU_CHECK_ONLY:-}
 carry=${GPU_CHECK_CARRY:-$repo/gpu-carry}
-if [[ $part != 1 && $part != 2 ]]; then
-  echo "gpu_check: GPU_CHECK_PART must be 1 or 2, not '$part'" >&2
+if [[ $part != 1 && $part != 2 && $part != 3 ]]; then
+  echo "gpu_check: GPU_CHECK_PART must be 1, 2 or 3, not '$part'" >&2
   exit 2
 fi
 t_start=$SECONDS
@@ -107,14 +109,15 @@ if [[ -n $dry ]]; then
   train_steps=4 cmp_steps=4 cmp_log=1 dp_steps=6 dp_stop=3 bf16_steps=2
 else
   gpt2_set=(--set train.batch_size=64 --set train.micro_batch_size=32)
-  train_set=(--set train.device=cuda)
+  # warm-up under every run's step count (configs/default.yaml has 50; the check's runs are 20 to 300)
+  train_set=(--set train.device=cuda --set train.warmup_steps=5)
   steps=(--steps 20 --warmup 5)
   short_steps=(--steps 5 --warmup 2)   # a peak-memory figure: a few steps reach it
   long_set=(--set model.max_seq_len=4096 --set train.batch_size=16 --set train.micro_batch_size=8)
   nccl=nccl
   graph=true
   compare_modes="eager compile"
-  train_steps=300 cmp_steps=40 cmp_log=5 dp_steps=40 dp_stop=20 bf16_steps=30
+  train_steps=300 cmp_steps=40 cmp_log=5 dp_steps=40 dp_stop=20 bf16_steps=20
 fi
 cmp_tol=0.05      # |loss(CUDA) - loss(CPU)| at each logged step, fp32 without TF32 on both
 dp_timeout=30     # dist.timeout_s of the data-parallel runs: a dead peer must end the other within it
@@ -126,6 +129,26 @@ data_set=(--set data.dir="$scratch/data" --set run.out_dir="$scratch/runs")
 # Estimates are seconds on the H200 (16 cores), guesses until a real run
 # refines them; GPU_CHECK_PLAN=1 prints them and the CI test checks that each
 # part's sum fits its budget.
+# publish [final]: summary.md, results.json and logs.tar.gz in $OUT from what
+# has finished so far. Called after every section, so a part killed by the
+# call's time limit still returns every section it completed (the summary
+# then says "interim" and which section was running); "final" at the end.
+publish() {
+  local st=0 stage=${1:-interim}
+  (( ${#failed[@]} )) && st=1
+  [[ -z ${preflight_ok-x} ]] && st=2
+  cp "$results" "$facts" "$logs/" 2> /dev/null
+  # The archive first, built in the scratch folder and renamed into $OUT; the
+  # summary last: a summary.md in $OUT means the files beside it are as new.
+  tar -C "$scratch" -czf "$scratch/logs.tar.gz.tmp" logs figures \
+      $(cd "$scratch" && ls -d bench runs/*/*.log runs/*/summary.json runs/*/metrics.jsonl 2> /dev/null) \
+    && cp "$scratch/logs.tar.gz.tmp" "$out/.logs.tar.gz.tmp" && mv -f "$out/.logs.tar.gz.tmp" "$out/logs.tar.gz"
+  if ! "$py" "$tool" summarize "$scratch" "$out" "$part" "${dry:-0}" "$((SECONDS - t_start))" "$budget" "$st" "$only" \
+       "$stage" > "$logs/summarize.log" 2>&1; then
+    echo "summary failed:"; cat "$logs/summarize.log"
+    [[ $stage == final ]] && status=1
+  fi
+}
 failed=()
 selected=()   # names GPU_CHECK_ONLY matched
 kill_tree() {  # kill_tree PID SIGNAL: the process and all its descendants
@@ -146,6 +169,7 @@ section() {
   if (( est > left )); then
     say "$name: skipped (needs ~${est} s, ${left} s left)"
     record "$name" skipped 0 "$est" "needs ~${est} s, ${left} s left"
+    publish
     return 0
   fi
   local t0=$SECONDS rc=0 cut=""
@@ -179,6 +203,7 @@ section() {
     record "$name" failed "$dt" "$est" "$why"
     failed+=("$name")
   fi
+  publish   # what finished so far reaches $OUT now: a part killed later still returns it
 }
 
 # ----------------------------------------------------------- the sections' bodies
@@ -227,14 +252,17 @@ nccl_2ranks() {
             --set dist.timeout_s="$dp_timeout")
   local limit=$((2 * dp_timeout + 60))   # no launch may outlive this, whatever NCCL does
   finding backend_asked "$nccl"
+  # keel refuses two NCCL ranks on one GPU before NCCL sees them (Dist::Dist,
+  # kind "shared GPU"); NCCL's own "Duplicate GPU detected" if keel did not.
+  local nccl_shared_gpu='keel: shared GPU: |duplicate gpu' shared
 
   # 1. Two ranks on one GPU with NCCL.
   if NCCL_DEBUG=WARN timeout -k 5 "$limit" "$keel" launch --nproc 2 -- train "${dp[@]}" \
        --set dist.backend="$nccl" --set run.name=dp-nccl-2ranks > "$d/nccl-2ranks.log" 2>&1; then
     finding two_ranks_one_gpu "ran with $nccl"
     two_ran=1
-  elif grep -qi 'duplicate gpu' "$d/nccl-2ranks.log"; then
-    finding two_ranks_one_gpu "refused by NCCL: $(grep -m1 -io 'duplicate gpu.*' "$d/nccl-2ranks.log" | cut -c1-200)"
+  elif shared=$(grep -m1 -iE "$nccl_shared_gpu" "$d/nccl-2ranks.log"); then
+    finding two_ranks_one_gpu "refused: $(printf '%s' "$shared" | cut -c1-240)"
     dp_backend=gloo
   else
     finding two_ranks_one_gpu "FAILED: $(grep -v '^ *$' "$d/nccl-2ranks.log" | tail -n 1 | cut -c1-300)"
@@ -353,8 +381,13 @@ bf16_variants() {  # bf16 autocast with each QK-Norm type, softcap off and 50: e
   ensure_data || return 1
   local qk cap name bad=0 runs=()
   mkdir -p "$logs/bf16-variants"
-  for qk in none rms layernorm l2; do
-    for cap in none 50; do
+  # Each QK-Norm type once, the softcap on for half of them: the two are
+  # separate code paths (the norm before the scores, the cap on them), so four
+  # runs cover what eight did, in the time part 1 has.
+  local pair
+  for pair in none:none rms:50 layernorm:none l2:50; do
+    qk=${pair%%:*} cap=${pair##*:}
+    {
       name=bf16-qk-$qk-softcap-$cap
       local extra=()
       [[ $cap != none ]] && extra=(--set model.attn_softcap="$cap")
@@ -366,7 +399,7 @@ bf16_variants() {  # bf16 autocast with each QK-Norm type, softcap off and 50: e
         bad=1
       fi
       runs+=("$scratch/runs/$name")
-    done
+    }
   done
   "$py" "$tool" finite "$scratch/figures/bf16-variants.json" "${runs[@]}" || bad=1
   return $bad
@@ -405,34 +438,39 @@ graph_bench() {  # the small default model, where launch overhead dominates: eag
 preflight_est=15   # estimate: nvidia-smi, one Python with torch, keel --version
 part1() {
   section gpu-tests 40 gpu_tests
-  section train-cuda-vs-cpu 60 train_cuda_vs_cpu
-  section nccl-2ranks 125 nccl_2ranks
-  section train-cuda-graph 45 train_graph
-  section bf16-variants 100 bf16_variants
-  section bench-gpt2-whole-logits 80 gpt2_logits
+  section train-cuda-vs-cpu 40 train_cuda_vs_cpu
+  section nccl-2ranks 90 nccl_2ranks
+  section train-cuda-graph 25 train_graph
+  section bf16-variants 45 bf16_variants
+  section bench-gpt2-whole-logits 40 gpt2_logits
 }
 part2() {
   section compare-pytorch 150 compare
   # train.attention_backend: auto (compare's keel record) prefers cuDNN attention on Hopper; FlashAttention-2.
-  section bench-gpt2-flash 40 bench gpt2-flash configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+  section bench-gpt2-flash 30 bench gpt2-flash configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
       --set train.attention_backend=flash
-  section bench-qknorm 70 qknorm
-  # Gemma's attention softcap on the blockwise attention, at T = 1024 and 4096.
-  section bench-gpt2-softcap 45 bench gpt2-softcap configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+  section bench-qknorm 60 qknorm
+  # Gemma's attention softcap on the blockwise attention, T = 1024.
+  section bench-gpt2-softcap 25 bench gpt2-softcap configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
       --set model.attn_softcap=50
-  section bench-gpt2-softcap-4k 60 bench gpt2-softcap-4k configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+}
+part3() {  # what part 2 has no time for: run when a session has device time to spare
+  # Activation checkpointing on CUDA (issue 37): full recompute's peak and step time, keel plan beside them.
+  section bench-gpt2-ckpt 40 ckpt_bench
+  # The softcap at T = 4096, where the blockwise attention's T^2 work dominates.
+  section bench-gpt2-softcap-4k 90 bench gpt2-softcap-4k configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
       --set model.attn_softcap=50 "${long_set[@]}"
-  # Muon's step cost (issue 21): Newton-Schulz in bf16, batched per shape group, against AdamW's compare record.
-  section bench-gpt2-muon 45 bench gpt2-muon configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+  # Muon's step cost (issue 21): Newton-Schulz in bf16, batched per shape group.
+  section bench-gpt2-muon 35 bench gpt2-muon configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
       --set train.optimizer=muon
   section bench-default-graph 40 graph_bench
-  # Activation checkpointing on CUDA (issue 37): full recompute's peak and step time against compare's keel record.
-  section bench-gpt2-ckpt 15 ckpt_bench
+  # part 3 has no compare record: its own gpt2 record is the baseline of the ratios
+  section bench-gpt2 30 bench gpt2 configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}"
 }
 
 if [[ -n $plan_only ]]; then
   echo "# part section estimate_s (seconds on the H200, estimates); budget $budget s per part"
-  for cur_part in 1 2; do
+  for cur_part in 1 2 3; do
     [[ -n ${GPU_CHECK_PART:-} && $cur_part != "$part" ]] && continue
     echo "$cur_part preflight $preflight_est"
     "part$cur_part"
@@ -539,7 +577,7 @@ def num(x, fmt):
     return format(x, fmt) if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
 
 
-def summarize(scratch, out, part, dry, elapsed, budget, status, only):
+def summarize(scratch, out, part, dry, elapsed, budget, status, only, stage="final"):
     dry = dry != "0"
     part = int(part)
     rows = [line.split("\t") for line in open(f"{scratch}/results.tsv").read().splitlines()]
@@ -572,6 +610,8 @@ def summarize(scratch, out, part, dry, elapsed, budget, status, only):
         return r if isinstance(r, dict) and isinstance(r.get("step_ms"), dict) else None
 
     def ratio(label, a, b, what):  # a / b of ms/step
+        if b == "compare/keel-1.json" and not rec(b):
+            b = "gpt2.json"  # part 3 has no compare record: its own plain gpt2 bench
         ra, rb = rec(a), rec(b)
         if ra and rb and rb["step_ms"].get("median"):
             derived[label] = {"ratio": ra["step_ms"]["median"] / rb["step_ms"]["median"], "what": what,
@@ -587,6 +627,10 @@ def summarize(scratch, out, part, dry, elapsed, budget, status, only):
     if isinstance(cmp, dict):
         derived["keel vs PyTorch"] = cmp.get("ratios")
     ratio("flash / auto (cuDNN on Hopper)", "gpt2-flash.json", "compare/keel-1.json", "ms/step")
+    fa = derived.get("flash / auto (cuDNN on Hopper)")
+    if fa:  # a ratio of one kernel against itself says nothing about flash vs cuDNN
+        kernels = [(rec(n).get("attention") or {}).get("kernel") for n in fa["records"]]
+        fa["what"] += f"; kernels {kernels[0]} vs {kernels[1]}" + (" (THE SAME KERNEL RAN)" if kernels[0] == kernels[1] else "")
     ratio("softcap 50 / none, T = 1024", "gpt2-softcap.json", "compare/keel-1.json", "ms/step")
     ratio("muon / adamw", "gpt2-muon.json", "compare/keel-1.json", "ms/step")
     ratio("graph / eager, default config", "default-graph.json", "default-eager.json", "ms/step")
@@ -608,16 +652,20 @@ def summarize(scratch, out, part, dry, elapsed, budget, status, only):
         derived["QK-Norm overhead % (vs none)"] = qk.get("overhead_percent")
         derived["monitoring % of the step"] = qk.get("monitor_percent")
 
-    results = {"part": part, "dry_run": dry, "exit_status": int(status), "elapsed_s": int(elapsed),
+    results = {"part": part, "dry_run": dry, "stage": stage, "exit_status": int(status), "elapsed_s": int(elapsed),
                "budget_s": int(budget), "only": only.split(",") if only else None, "host": platform.node(),
                "cores": os.cpu_count(), "preflight": facts, "sections": sections, "derived": derived,
                "figures": figures, "runs": runs, "bench": records,
                # what a Python sub-step of this script saw: LD_LIBRARY_PATH must not leak into Python
                "python_env": {"LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH")}}
-    json.dump(results, open(f"{out}/results.json", "w"), indent=1)
+    with open(f"{out}/.results.json.tmp", "w") as f:
+        json.dump(results, f, indent=1)
+    os.replace(f"{out}/.results.json.tmp", f"{out}/results.json")
 
-    title = {1: "correctness", 2: "speed"}[part]
+    title = {1: "correctness", 2: "speed", 3: "more speed"}[part]
     md = [f"# keel GPU check, part {part} ({title})" + (" (DRY RUN on the CPU: no GPU figure here)" if dry else ""), "",
+          *([f"**INTERIM**: written after the last section listed below; the part was still running "
+             f"(a call cut at its time limit leaves this one)", ""] if stage != "final" else []),
           f"Host {platform.node()}, {os.cpu_count()} cores; {elapsed} s of a {budget} s budget; exit status {status}; "
           f"command: `GPU_CHECK_PART={part}" + (" GPU_CHECK_DRY=1" if dry else "") +
           (f" GPU_CHECK_ONLY={only}" if only else "") + " bash scripts/gpu_check.sh`", "",
@@ -678,7 +726,9 @@ def summarize(scratch, out, part, dry, elapsed, budget, status, only):
                   f"{(r.get('ops_per_step') or {}).get('kernels', '-')} | {batch.get('tokens_per_step', '-')} | "
                   f"{num(r['step_ms'].get('median'), '.2f')} | {num(r.get('tokens_per_s'), ',.0f')} | "
                   f"{num(r.get('mfu'), '.1%')} | {num(mem / 2**30 if isinstance(mem, (int, float)) else None, '.2f')} |")
-    open(f"{out}/summary.md", "w").write("\n".join(md) + "\n")
+    with open(f"{out}/.summary.md.tmp", "w") as f:
+        f.write("\n".join(md) + "\n")
+    os.replace(f"{out}/.summary.md.tmp", f"{out}/summary.md")
     print("\n".join(md))
     return 0
 
@@ -850,12 +900,8 @@ fi
 status=0
 (( ${#failed[@]} )) && status=1
 [[ -z $preflight_ok ]] && status=2
-cp "$results" "$facts" "$logs/"
-"$py" "$tool" summarize "$scratch" "$out" "$part" "${dry:-0}" "$((SECONDS - t_start))" "$budget" "$status" "$only" \
-    > "$logs/summarize.log" 2>&1 || { echo "summary failed:"; cat "$logs/summarize.log"; status=1; }
+publish final
 if [[ -f $out/summary.md ]]; then sed -n '/^| check/,/^$/p' "$out/summary.md"; fi
-tar -C "$scratch" -czf "$out/logs.tar.gz" logs figures \
-    $(cd "$scratch" && ls -d bench runs/*/*.log runs/*/summary.json runs/*/metrics.jsonl 2> /dev/null)
 say "done in $((SECONDS - t_start)) s; results in $out: $(ls "$out" | tr '\n' ' ')"
 [[ -z ${GPU_CHECK_SCRATCH:-} ]] && rm -rf "$scratch"
 if (( status == 2 )); then say "preflight FAILED"; exit 2; fi
