@@ -33,6 +33,8 @@ config is written to `runs/<name>/config.yaml`.
 | `l2-qknorm.yaml` | L2 QK-Norm with a learned temperature initialised to log2(L^2-L) (Henry et al. 2020) |
 | `qk-clip.yaml` | QK-clip at τ = 100 (Kimi K2's clip, here with AdamW) |
 | `muonclip.yaml` | MuonClip (Kimi K2): Muon on the matrices, per-head q/k/v, QK-clip τ = 100, no QK-Norm |
+| `qkv-norm.yaml`, `qk-fc-norm.yaml`, `sigma-reparam.yaml`, `logit-clamp.yaml`, `qk-norm-group.yaml` | the other attention-logit stabilisers (docs/reference.md#other-stabilisers) |
+| `soft-temperature.yaml`, `soft-clip.yaml`, `layer-scale.yaml`, `qk-norm-softcap.yaml` | Rybakov et al. 2024's comparison variants: softmax(0.5 s), the clipped softmax, LayerScale 0.1, QK-Norm + softcap 50 |
 | `gpt2-124m.yaml` | GPT-2-124M-class model for GPUs, bf16, T = 1024 |
 | `bench-cpu-tiny.yaml` | CPU benchmark (`keel bench`, `scripts/bench_compare.sh`): the default model and batch |
 | `bench-cpu.yaml` | CPU benchmark: d_model 512, 8 layers, 8 query / 2 KV heads, T 512, SwiGLU, RMS QK-Norm per head, 4 sequences |
@@ -63,6 +65,7 @@ point; see docs/sweeps.md) are in `sweeps/`:
 - `model.attn_softcap`, `model.final_softcap`, `model.query_pre_attn_scalar`, `model.embed_norm: scale_sqrt_d`: Gemma 2. `embed_norm: layernorm` is BLOOM; `rmsnorm` (parameter-free) is modded-nanogpt/nanochat.
 - `train.z_loss`: PaLM (1e-4); `train.independent_weight_decay`: Wortsman et al. 2023.
 - `train.optimizer: muon` and `train.muon.*`: Muon (Jordan et al. 2024; torch.optim.Muon's update), `adjust_lr: match_rms_adamw` from Moonlight (Liu et al. 2025), `split_qkv_heads` and `train.qk_clip_tau` together are Kimi K2's MuonClip.
+- `model.attn_temperature`, `model.clipped_softmax`, `model.layer_scale`, `model.qkv_norm`: the variants Rybakov et al. 2024 (arXiv 2410.16682) compare; the clipped softmax is Bondarenko et al. 2023 (arXiv 2306.12929), LayerScale Touvron et al. 2021 (CaiT, arXiv 2103.17239). `train.fp32_head`: Megatron-LM's fp32 output layer.
 - `model.mlp: geglu_tanh` (gated MLP with the tanh-approximated GELU, transformers' `gelu_pytorch_tanh`) and `model.norm_unit_offset` (gains applied as 1+w, w initialised to 0): Gemma 2 and 3.
 
 ## Hugging Face export

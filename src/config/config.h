@@ -132,6 +132,12 @@ struct ModelConfig {
   NormKind qkv_norm = NormKind::none;      // none | rms | layernorm: norm of the fused QKV output (Rybakov et al.)
   std::optional<double> attn_logit_clamp;  // scores clipped to [-c, c] before softmax; null = off
   bool sigma_reparam = false;              // sigmaReparam on attention and MLP linears (Zhai et al. 2023)
+  std::optional<double> attn_temperature;  // soft temperature: softmax(beta * scores), beta this; null = off
+  bool attn_temperature_learnable = false; // beta a learned scalar per head, from attn_temperature
+  bool clipped_softmax = false;            // clip((zeta - gamma) softmax + gamma, 0, 1) (Bondarenko et al. 2023)
+  double clipped_softmax_zeta = 1.03;
+  double clipped_softmax_gamma = -0.03;
+  std::optional<double> layer_scale;       // LayerScale (Touvron et al. 2021): per-channel branch gains from this; null = off
   InitConfig init;
   Parametrization parametrization = Parametrization::standard;  // standard | mup | completep
   MupConfig mup;
@@ -168,6 +174,7 @@ struct TrainConfig {
   OptimizerImpl optimizer_impl = OptimizerImpl::automatic;  // auto | fused | reference
   double grad_clip = 1.0;                  // 0: off
   double z_loss = 0.0;
+  bool fp32_head = false;                  // under bf16 autocast the output head's matmul in fp32 (fp32 logits)
   int64_t loss_chunk_tokens = 8192;        // output head + loss over chunks of tokens (chunked_loss.h); 0: whole logits
   Precision precision = Precision::automatic;  // auto | fp32 | bf16 | fp64 (CPU)
   bool tf32 = true;
@@ -201,6 +208,7 @@ struct MonitorConfig {
   SpikeAction spike_action() const { return skip_on_spike ? SpikeAction::skip_step : on_spike; }
   double diverge_loss_factor = 3.0;        // diverged when loss > factor * initial loss
   double diverge_attn_logit = 1e4;         // logit-unstable when layer-0 max attention logit exceeds this
+  double diverge_output_logit = 30;        // output-logit-unstable when the largest |output logit| exceeds this
   bool stop_on_divergence = false;         // stop once the loss diverged
   bool stop_on_logit_instability = false;  // stop once the attention logits are unstable
 };

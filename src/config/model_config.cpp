@@ -100,6 +100,26 @@ void declare_model_keys(Schema& s, ModelConfig& m) {
             "sigmaReparam (Zhai et al. 2023): attention and MLP weights used as (gamma/sigma(W))*W, sigma by "
             "one power-iteration step per training step, gamma learnable from 1");
 
+  auto& st = s.optional_real("model.attn_temperature", &m.attn_temperature,
+                             "soft temperature (Rybakov et al. 2024's comparison): attention probabilities "
+                             "softmax(beta * scores) with beta this (0.5 there); null = off");
+  st.min = 0;
+  st.min_exclusive = true;
+  s.boolean("model.attn_temperature_learnable", &m.attn_temperature_learnable,
+            "learn beta, one scalar per head, starting from model.attn_temperature");
+  s.boolean("model.clipped_softmax", &m.clipped_softmax,
+            "soft clip: attention probabilities clip((zeta - gamma) softmax(scores) + gamma, 0, 1) (Bondarenko et al. "
+            "2023); materialises the [T, T] scores (the explicit attention path)");
+  s.real("model.clipped_softmax_zeta", &m.clipped_softmax_zeta, "clipped softmax: the stretch's upper end zeta (1.03)")
+      .min = 1;
+  s.real("model.clipped_softmax_gamma", &m.clipped_softmax_gamma, "clipped softmax: the stretch's lower end gamma (-0.03)")
+      .max = 0;
+  auto& ls = s.optional_real("model.layer_scale", &m.layer_scale,
+                             "LayerScale (Touvron et al. 2021): each residual branch times a learned per-channel "
+                             "gain, all starting at this (0.1 to depth 18, 1e-5 at 24, 1e-6 deeper); null = off");
+  ls.min = 0;
+  ls.min_exclusive = true;
+
   s.real("model.init.std", &m.init.std, "std of the normal init of linear and embedding weights").min = 0;
   s.boolean("model.init.depth_scaled", &m.init.depth_scaled,
             "output projections use std/sqrt(2*n_layers) (GPT-2)");
@@ -240,6 +260,11 @@ void check_model(const ModelConfig& m, ConfigErrors& e) {
   } else if (q.groups != 0) {
     e.add("model.qk_norm.groups", "only used with model.qk_norm.scope: group");
   }
+  if (m.attn_temperature_learnable && !m.attn_temperature)
+    e.add("model.attn_temperature_learnable", "needs model.attn_temperature, the starting beta");
+  if (!m.clipped_softmax && (m.clipped_softmax_zeta != 1.03 || m.clipped_softmax_gamma != -0.03))
+    e.add(m.clipped_softmax_zeta != 1.03 ? "model.clipped_softmax_zeta" : "model.clipped_softmax_gamma",
+          "only used with model.clipped_softmax: true");
   if (m.qkv_norm != NormKind::none && m.norm_placement != NormPlacement::pre)
     e.add("model.qkv_norm", "replaces the pre-attention norm, so it needs model.norm_placement: pre (got " +
                                 name_of(m.norm_placement) + ")");

@@ -80,6 +80,9 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
            "AdamW kernel: fused (at::_fused_adamw_, CPU and CUDA) or the readable reference loop");
   s.real("train.grad_clip", &t.grad_clip, "global gradient-norm clip; 0 = off").min = 0;
   s.real("train.z_loss", &t.z_loss, "coefficient of the z-loss (log Z)^2; 0 = off (PaLM: 1e-4)").min = 0;
+  s.boolean("train.fp32_head", &t.fp32_head,
+            "under bf16 autocast, the output head's matmul and so the logits in fp32 (Megatron's fp32 output "
+            "layer): output-logit growth then meets fp32 rounding, not bf16's");
   s.integer("train.loss_chunk_tokens", &t.loss_chunk_tokens,
             "tokens per chunk of the fused output head + cross-entropy: logits and their gradient exist for "
             "this many tokens at a time, never [tokens, vocab] whole (on the CPU also at most 16M logits, "
@@ -150,6 +153,12 @@ void declare_monitor_keys(Schema& s, MonitorConfig& m) {
                     "flagged, not divergence: many such runs train on");
   al.min = 0;
   al.min_exclusive = true;
+  auto& ol = s.real("monitor.diverge_output_logit", &m.diverge_output_logit,
+                    "output-logit instability: the largest |output logit| at a monitor step exceeds this (30: where "
+                    "Gemma 2 caps them); flagged, like the attention logits, and ordered against them in the "
+                    "summary's first_failure");
+  ol.min = 0;
+  ol.min_exclusive = true;
   s.boolean("monitor.stop_on_divergence", &m.stop_on_divergence, "stop the run once the loss diverged");
   s.boolean("monitor.stop_on_logit_instability", &m.stop_on_logit_instability,
             "stop the run once the attention logits are unstable (monitor.diverge_attn_logit)");

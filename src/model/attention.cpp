@@ -65,6 +65,11 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg)
     scale_ = cfg.query_pre_attn_scalar ? 1.0 / std::sqrt(*cfg.query_pre_attn_scalar)
                                        : 1.0 / std::sqrt(static_cast<double>(head_dim_));
   }
+  // Soft temperature: softmax(beta * scores). A fixed beta folds into the
+  // scale (every kernel takes it); a learned one multiplies q, per head.
+  if (cfg.attn_temperature && !cfg.attn_temperature_learnable) scale_ *= *cfg.attn_temperature;
+  if (cfg.attn_temperature_learnable) softmax_beta = register_parameter("softmax_beta", torch::empty({n_heads_}));
+  if (cfg.clipped_softmax) clip_ = SoftmaxClip{cfg.clipped_softmax_zeta, cfg.clipped_softmax_gamma};
   if (cfg.attn_softcap) softcap_ = *cfg.attn_softcap;
   if (cfg.attn_logit_clamp) clamp_ = *cfg.attn_logit_clamp;
   if (cfg.qkv_norm != NormKind::none)
@@ -115,7 +120,8 @@ torch::Tensor AttentionImpl::normalize_qk(const torch::Tensor& t, Norm& norm) {
 
 torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  double scale, c10::optional<double> softcap, AttentionStats* stats,
-                                 c10::optional<double> clamp, torch::Tensor* head_max, const torch::Tensor& segments) {
+                                 c10::optional<double> clamp, torch::Tensor* head_max, const torch::Tensor& segments,
+                                 const SoftmaxClip* clip) {
   const int64_t H = q.size(1), Hkv = k.size(1), T = q.size(2);
   auto kx = Hkv == H ? k : k.repeat_interleave(H / Hkv, 1);
   auto vx = Hkv == H ? v : v.repeat_interleave(H / Hkv, 1);
@@ -146,6 +152,7 @@ torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k,
     stats->entropy = -plogp.sum(-1).mean();
     stats->first_token_mass = p.detach().select(-1, 0).mean();
   }
+  if (clip) p = ((clip->zeta - clip->gamma) * p + clip->gamma).clamp(0.0, 1.0);  // masked: gamma < 0 -> 0
   return torch::matmul(p.to(v.scalar_type()), vx);
 }
 
@@ -205,6 +212,7 @@ bool AttentionImpl::varlen_eligible(torch::Device device, torch::ScalarType dtyp
 
 std::string AttentionImpl::kernel_name(int64_t batch, int64_t seq_len, torch::Device device,
                                        torch::ScalarType dtype, bool documents) const {
+  if (clip_) return "explicit (clipped softmax)";
   if (softcap_ || clamp_ || track_head_max) return "blockwise";
   if (documents && varlen_eligible(device, dtype)) return "flash_attention_varlen";
   // SDPA's own selection, asked with tensors of the training shapes (values unused).
@@ -260,10 +268,16 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     stats->k_norm_max = kn.max();
   }
   if (temperature.defined()) q = q * temperature.view({1, -1, 1, 1}).to(q.scalar_type());
+  if (softmax_beta.defined()) q = q * softmax_beta.view({1, -1, 1, 1}).to(q.scalar_type());
 
   torch::Tensor y;
   const bool track = track_head_max && torch::GradMode::is_enabled();  // training forwards only
-  if (sdpa_path(stats != nullptr) && docs && varlen_eligible(q.device(), q.scalar_type()) &&
+  if (clip_) {
+    torch::Tensor hm;
+    y = explicit_attention(q, k, v, scale_, softcap_, stats, clamp_, track || stats ? &hm : nullptr,
+                           docs ? docs->segments : torch::Tensor(), &*clip_);
+    if (track) head_max = head_max.defined() ? torch::maximum(head_max, hm) : hm;
+  } else if (sdpa_path(stats != nullptr) && docs && varlen_eligible(q.device(), q.scalar_type()) &&
       k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type()) {
     y = varlen_document_attention(q, k, v, *docs, scale_);
   } else if (sdpa_path(stats != nullptr) && docs) {

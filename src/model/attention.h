@@ -26,6 +26,13 @@ struct AttentionStats {
   torch::Tensor first_token_mass;  // mean attention probability on the window's first token (the "sink")
 };
 
+// Bondarenko et al. 2023's clipped softmax: probabilities stretched to
+// [gamma, zeta] and clipped to [0, 1], so a head can put exactly zero (or
+// all) weight on a key without its logits growing without bound.
+struct SoftmaxClip {
+  double zeta = 1.03, gamma = -0.03;
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& cfg);
@@ -45,7 +52,7 @@ class AttentionImpl : public torch::nn::Module {
   // whose memory is linear in T like SDPA's. The explicit path
   // (explicit_attention) is the tests' reference only.
   bool sdpa_path(bool with_stats) const {
-    return !(softcap_ || clamp_ || with_stats || (track_head_max && torch::GradMode::is_enabled()));
+    return !(softcap_ || clamp_ || clip_ || with_stats || (track_head_max && torch::GradMode::is_enabled()));
   }
 
   // Which kernel a training forward of this shape runs: "blockwise" (softcap,
@@ -70,6 +77,7 @@ class AttentionImpl : public torch::nn::Module {
   Norm q_norm{nullptr}, k_norm{nullptr}; // QK-Norm (null when type is none)
   Norm qkv_norm{nullptr};                // model.qkv_norm: over the concatenated q, k, v outputs
   torch::Tensor temperature;             // l2: [1] or [n_heads]
+  torch::Tensor softmax_beta;            // model.attn_temperature_learnable: [n_heads], scores x beta
   // model.sigma_reparam: wq_sigma ... wo_sigma (null when off).
   SigmaReparam wq_sigma{nullptr}, wk_sigma{nullptr}, wv_sigma{nullptr}, wo_sigma{nullptr};
 
@@ -83,6 +91,7 @@ class AttentionImpl : public torch::nn::Module {
   int64_t q_groups_ = 1, k_groups_ = 1;  // QK-Norm: heads normalised together, n_heads/q_groups_ at a time
   double scale_;
   c10::optional<double> softcap_, clamp_;
+  c10::optional<SoftmaxClip> clip_;  // model.clipped_softmax: the explicit path
 };
 TORCH_MODULE(Attention);
 
@@ -91,10 +100,14 @@ TORCH_MODULE(Attention);
 // the blockwise path are tested against (no training forward takes it). `clamp` clips scores to [-c, c] after the softcap.
 // head_max (optional): set to the per-head max |score| before cap and clamp.
 // segments (optional, int64 [B, T]): the document mask of model/documents.h.
+// clip (optional): the clipped softmax, clip((zeta - gamma) p + gamma, 0, 1)
+// applied to the probabilities p (model.clipped_softmax); the one training
+// forward that takes this path, since its rows no longer sum to 1 and no
+// online-softmax kernel can form them.
 torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  double scale, c10::optional<double> softcap, AttentionStats* stats,
                                  c10::optional<double> clamp = c10::nullopt, torch::Tensor* head_max = nullptr,
-                                 const torch::Tensor& segments = {});
+                                 const torch::Tensor& segments = {}, const SoftmaxClip* clip = nullptr);
 
 // Causal attention within documents through ATen's variable-length flash
 // kernel (FlashAttention-2's cu_seqlens): the batch's rows are flattened to

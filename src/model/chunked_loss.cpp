@@ -112,6 +112,13 @@ LossParts model_loss(TransformerImpl& model, const torch::Tensor& idx, const tor
   o.final_softcap = cfg.final_softcap;
   o.z_loss_coef = z_loss_coef;
   const auto device = idx.device().type();
+  // Under autocast the head runs in its dtype, unless train.fp32_head keeps
+  // it (and the gradients formed with it) in fp32.
+  if (at::autocast::is_autocast_enabled(device) && model.fp32_head()) {
+    AutocastOff off(device);
+    return chunked_head_loss(hidden.reshape({-1, hidden.size(-1)}).to(torch::kFloat32), model.lm_head,
+                             targets.reshape({-1}), o);
+  }
   if (at::autocast::is_autocast_enabled(device)) o.compute_dtype = at::autocast::get_autocast_dtype(device);
   return chunked_head_loss(hidden.reshape({-1, hidden.size(-1)}), model.lm_head, targets.reshape({-1}), o);
 }

@@ -40,6 +40,7 @@ double initial_temperature(const ModelConfig& cfg) {
 //   *norm*.weight -> 1 (0 with model.norm_unit_offset, whose gain is 1 + w),
 //   *norm*.bias and other biases -> 0,
 //   *temperature  -> qk_norm.temperature_init (or Henry et al.'s log2(L^2-L)),
+//   *layer_scale  -> model.layer_scale, *softmax_beta -> model.attn_temperature,
 //   wo, w_down -> std / sqrt(2 n_layers) when depth_scaled,
 //   every other weight (embeddings, projections, head) -> N(0, std);
 // under model.parametrization mup/completep the std each normal weight gets
@@ -66,6 +67,10 @@ void init_weights(Transformer& model, const ModelConfig& cfg, uint64_t seed) {
       p.fill_(initial_temperature(cfg));
     } else if (ends_with(name, "_sigma.gamma")) {
       p.fill_(1.0);  // sigmaReparam's gamma (model/sigma_reparam.h)
+    } else if (ends_with(name, "layer_scale")) {
+      p.fill_(*cfg.layer_scale);  // LayerScale's per-channel gains (Touvron et al. 2021)
+    } else if (ends_with(name, "softmax_beta")) {
+      p.fill_(*cfg.attn_temperature);  // the learned soft temperature, per head
     } else if (ends_with(name, "bias")) {
       p.zero_();
     } else {

@@ -42,7 +42,8 @@ ForwardScaling forward_scaling(const ModelConfig& m) {
 
 bool normal_initialised(const std::string& name) {
   return name.find("norm") == std::string::npos && !ends_with(name, "temperature") &&
-         !ends_with(name, "_sigma.gamma") && !ends_with(name, "bias");
+         !ends_with(name, "_sigma.gamma") && !ends_with(name, "bias") && !ends_with(name, "layer_scale") &&
+         !ends_with(name, "softmax_beta");
 }
 
 double standard_init_std(const std::string& name, const ModelConfig& m, int64_t depth) {

@@ -63,6 +63,10 @@ BlockImpl::BlockImpl(const ModelConfig& cfg)
     attn_post_norm = register_module("attn_post_norm", make_block_norm(cfg));
     mlp_post_norm = register_module("mlp_post_norm", make_block_norm(cfg));
   }
+  if (cfg.layer_scale) {
+    attn_layer_scale = register_parameter("attn_layer_scale", torch::empty({cfg.d_model}));
+    mlp_layer_scale = register_parameter("mlp_layer_scale", torch::empty({cfg.d_model}));
+  }
 }
 
 void ActivationRms::add(const std::string& name, const torch::Tensor& x) {
@@ -79,22 +83,24 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const RopeTables& rope,
     if (rms) rms->add(prefix + what, f);
     return f;
   };
+  auto attn_branch = [&](const torch::Tensor& f) { return traced("attn", branch(attn_layer_scale, f)); };
+  auto mlp_branch = [&](const torch::Tensor& f) { return traced("mlp", branch(mlp_layer_scale, f)); };
   switch (placement) {
     case NormPlacement::pre: {  // x + f(norm(x))
-      auto h = x + traced("attn", branch(attn->forward(attn_norm ? attn_norm->forward(x) : x, rope, stats, docs)));
-      return h + traced("mlp", branch(mlp->forward(mlp_norm->forward(h))));
+      auto h = x + attn_branch(attn->forward(attn_norm ? attn_norm->forward(x) : x, rope, stats, docs));
+      return h + mlp_branch(mlp->forward(mlp_norm->forward(h)));
     }
     case NormPlacement::post: {  // norm(x + f(x)), the original Transformer
-      auto h = attn_norm->forward(x + traced("attn", branch(attn->forward(x, rope, stats, docs))));
-      return mlp_norm->forward(h + traced("mlp", branch(mlp->forward(h))));
+      auto h = attn_norm->forward(x + attn_branch(attn->forward(x, rope, stats, docs)));
+      return mlp_norm->forward(h + mlp_branch(mlp->forward(h)));
     }
     case NormPlacement::reordered: {  // x + norm(f(x)), OLMo 2
-      auto h = x + traced("attn", branch(attn_norm->forward(attn->forward(x, rope, stats, docs))));
-      return h + traced("mlp", branch(mlp_norm->forward(mlp->forward(h))));
+      auto h = x + attn_branch(attn_norm->forward(attn->forward(x, rope, stats, docs)));
+      return h + mlp_branch(mlp_norm->forward(mlp->forward(h)));
     }
     case NormPlacement::sandwich: {  // x + norm_post(f(norm_pre(x))), Gemma 2
-      auto h = x + traced("attn", branch(attn_post_norm->forward(attn->forward(attn_norm->forward(x), rope, stats, docs))));
-      return h + traced("mlp", branch(mlp_post_norm->forward(mlp->forward(mlp_norm->forward(h)))));
+      auto h = x + attn_branch(attn_post_norm->forward(attn->forward(attn_norm->forward(x), rope, stats, docs)));
+      return h + mlp_branch(mlp_post_norm->forward(mlp->forward(mlp_norm->forward(h))));
     }
   }
   return x;
@@ -187,7 +193,13 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& idx, const ForwardOp
 }
 
 torch::Tensor TransformerImpl::head_logits(const torch::Tensor& x) {
-  auto logits = keel::linear(x, lm_head);  // fused_ops.h: oneDNN on the CPU
+  torch::Tensor logits;
+  if (fp32_head_ && at::autocast::is_autocast_enabled(x.device().type())) {
+    AutocastOff off(x.device().type());
+    logits = keel::linear(x.to(torch::kFloat32), lm_head.to(torch::kFloat32));
+  } else {
+    logits = keel::linear(x, lm_head);  // fused_ops.h: oneDNN on the CPU
+  }
   if (cfg_.final_softcap) {
     const double cap = *cfg_.final_softcap;
     logits = cap * torch::tanh(logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32)) / cap);

@@ -3,6 +3,7 @@
 // one sitting; every architectural choice is a key in ModelConfig.
 #pragma once
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <vector>
@@ -47,8 +48,12 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, AttentionStats* stats,
                         ActivationRms* rms = nullptr, const std::string& prefix = "",
                         const DocumentLayout* docs = nullptr);
-  // A residual branch's output as the stream receives it (× residual_mult).
-  torch::Tensor branch(const torch::Tensor& f) const { return residual_mult == 1.0 ? f : f * residual_mult; }
+  // A residual branch's output as the stream receives it: × its LayerScale
+  // gains (when model.layer_scale is set) and × residual_mult.
+  torch::Tensor branch(const torch::Tensor& layer_scale, const torch::Tensor& f) const {
+    const auto g = layer_scale.defined() ? f * layer_scale : f;
+    return residual_mult == 1.0 ? g : g * residual_mult;
+  }
 
   NormPlacement placement;
   double residual_mult = 1.0;  // completep: each branch x (base_depth/n_layers)^alpha (model/parametrization.h)
@@ -57,8 +62,22 @@ class BlockImpl : public torch::nn::Module {
   // pre/post/reordered use attn_norm and mlp_norm; sandwich adds the *_post_norm pair.
   // With model.qkv_norm there is no attn_norm (the attention normalises its QKV output).
   Norm attn_norm{nullptr}, mlp_norm{nullptr}, attn_post_norm{nullptr}, mlp_post_norm{nullptr};
+  // model.layer_scale (Touvron et al. 2021): [d_model] gains on the attention and MLP branches; undefined when off.
+  torch::Tensor attn_layer_scale, mlp_layer_scale;
 };
 TORCH_MODULE(Block);
+
+// Autocast off for one device type while it lives (train.fp32_head's matmuls).
+struct AutocastOff {
+  explicit AutocastOff(c10::DeviceType d) : device(d), was(at::autocast::is_autocast_enabled(d)) {
+    at::autocast::set_autocast_enabled(device, false);
+  }
+  ~AutocastOff() { at::autocast::set_autocast_enabled(device, was); }
+  AutocastOff(const AutocastOff&) = delete;
+  AutocastOff& operator=(const AutocastOff&) = delete;
+  c10::DeviceType device;
+  bool was;
+};
 
 struct ForwardOptions {
   // Fill one AttentionStats per layer (blockwise attention path).
@@ -91,6 +110,10 @@ class TransformerImpl : public torch::nn::Module {
   // document, the documents read from the ids of each forward
   // (model/documents.h). Off (the default) when masking.eos_id < 0.
   void set_documents(const DocumentMasking& masking) { documents_ = masking; }
+  // train.fp32_head: under autocast the head's matmul in fp32, so the logits
+  // (and their growth) are fp32 from the GEMM on (Megatron's fp32 output layer).
+  void set_fp32_head(bool on) { fp32_head_ = on; }
+  bool fp32_head() const { return fp32_head_; }
   // train.activation_checkpointing: which blocks keep only their input in a
   // training forward and recompute the rest in backward (activation_checkpoint.h).
   void set_activation_checkpointing(ActivationCheckpointing mode, int64_t every_n) {
@@ -117,6 +140,7 @@ class TransformerImpl : public torch::nn::Module {
   int64_t rope_len_ = 0;
   DocumentMasking documents_;
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
+  bool fp32_head_ = false;
   int64_t checkpoint_every_n_ = 1;
 };
 TORCH_MODULE(Transformer);

@@ -14,7 +14,8 @@ bool wants_weight_decay(const std::string& name, const TrainConfig& t) {
   const std::string leaf = name.substr(name.rfind('.') + 1);
   if (name.find("norm") != std::string::npos) return false;  // norm gains and biases
   if (leaf.size() >= 4 && leaf.compare(leaf.size() - 4, 4, "bias") == 0) return false;
-  if (leaf == "temperature") return false;
+  if (leaf == "temperature" || leaf == "softmax_beta") return false;  // attention temperatures
+  if (leaf == "attn_layer_scale" || leaf == "mlp_layer_scale") return false;  // LayerScale gains, like norm gains
   if (leaf == "wte") return t.decay_embeddings;
   return true;
 }

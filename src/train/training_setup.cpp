@@ -61,6 +61,7 @@ TrainingParts build_training_parts(const Config& cfg, const ComputeSetup& comput
   p.model = build_model(cfg.model, static_cast<uint64_t>(cfg.run.seed), compute.device);
   if (compute.fp64) p.model->to(torch::kFloat64);  // before the optimizer: its state follows the parameters
   p.model->set_activation_checkpointing(cfg.train.activation_checkpointing, cfg.train.checkpoint_every_n);
+  p.model->set_fp32_head(cfg.train.fp32_head);
   p.size = model_size(cfg.model, geometry.seq_len);
   p.optimizer = make_model_optimizer(p.model, cfg, dist);
   p.runner = std::make_unique<StepRunner>(p.model, *p.optimizer, cfg, compute, geometry.micro_batch);

@@ -77,6 +77,10 @@ inline void perturb(keel::Transformer& m, uint64_t seed = 7) {
       p.add_(noise(p).abs());
     } else if (ends_with(name, "_sigma.gamma")) {  // sigmaReparam's gamma, away from 1
       p.add_(0.2 * noise(p));
+    } else if (ends_with(name, "layer_scale")) {  // LayerScale's gains, away from their one init value
+      p.add_(0.2 * noise(p));
+    } else if (ends_with(name, "softmax_beta")) {  // the learned soft temperature, per head, kept positive
+      p.add_(0.3 * noise(p).abs());
     } else if (ends_with(name, "bias")) {
       p.add_(0.1 * noise(p));
     }
@@ -236,6 +240,9 @@ inline Tensor ref_attention(const Tensor& x, keel::AttentionImpl& a, const keel:
     } else {
       s = s * scale;
     }
+    // Soft temperature: softmax(beta * scores), beta fixed or learned per head.
+    if (cfg.attn_temperature_learnable) s = s * a.softmax_beta.to(torch::kFloat64)[h];  // a tensor: its gradient flows
+    else if (cfg.attn_temperature) s = s * *cfg.attn_temperature;
     if (trace) trace->scores.push_back(s);
     if (cfg.attn_softcap) s = *cfg.attn_softcap * torch::tanh(s / *cfg.attn_softcap);
     if (cfg.attn_logit_clamp) s = s.clamp(-*cfg.attn_logit_clamp, *cfg.attn_logit_clamp);
@@ -243,6 +250,9 @@ inline Tensor ref_attention(const Tensor& x, keel::AttentionImpl& a, const keel:
     auto m = std::get<0>(s.masked_fill(allowed.logical_not(), -1e300).max(-1, true));
     auto e = torch::exp(s - m) * allowed.to(s.scalar_type());
     auto p = e / e.sum(-1, true);
+    // Clipped softmax (Bondarenko et al. 2023): stretch to [gamma, zeta], clip to [0, 1].
+    if (cfg.clipped_softmax)
+      p = ((cfg.clipped_softmax_zeta - cfg.clipped_softmax_gamma) * p + cfg.clipped_softmax_gamma).clamp(0.0, 1.0);
     if (trace) trace->probs.push_back(p);
     heads.push_back(torch::matmul(p, vh));  // [B, T, D]
   }
@@ -289,22 +299,26 @@ inline Tensor ref_forward(keel::Transformer& model, const Tensor& idx,
     branch = std::pow(static_cast<double>(cfg.mup.base_depth) / static_cast<double>(cfg.n_layers), cfg.mup.depth_alpha);
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
     auto* b = block(model, l);
-    auto A = [&](const Tensor& t) { return branch * ref_attention(t, *b->attn, cfg, traces ? &(*traces)[l] : nullptr); };
-    auto M = [&](const Tensor& t) { return branch * ref_mlp(t, *b->mlp, cfg); };
+    auto A = [&](const Tensor& t) { return ref_attention(t, *b->attn, cfg, traces ? &(*traces)[l] : nullptr); };
+    auto M = [&](const Tensor& t) { return ref_mlp(t, *b->mlp, cfg); };
     auto N = [&](const Tensor& t, keel::Norm& n) { return ref_block_norm(t, n, cfg); };
+    // What the stream receives from a branch: LayerScale's per-channel gains
+    // (Touvron et al. 2021) when set, then CompleteP's multiplier.
+    auto R = [&](const Tensor& f, const Tensor& gains) { return branch * (gains.defined() ? f * gains : f); };
+    const auto &ga = b->attn_layer_scale, &gm = b->mlp_layer_scale;
     const std::string& p = keel::name_of(cfg.norm_placement);
     if (p == "pre") {  // x + f(norm(x)); with QKV-norm the attention input is not normalised
-      auto h = x + A(cfg.qkv_norm != NormKind::none ? x : N(x, b->attn_norm));
-      x = h + M(N(h, b->mlp_norm));
+      auto h = x + R(A(cfg.qkv_norm != NormKind::none ? x : N(x, b->attn_norm)), ga);
+      x = h + R(M(N(h, b->mlp_norm)), gm);
     } else if (p == "post") {  // norm(x + f(x))
-      auto h = N(x + A(x), b->attn_norm);
-      x = N(h + M(h), b->mlp_norm);
+      auto h = N(x + R(A(x), ga), b->attn_norm);
+      x = N(h + R(M(h), gm), b->mlp_norm);
     } else if (p == "reordered") {  // x + norm(f(x))
-      auto h = x + branch * N(A(x) / branch, b->attn_norm);
-      x = h + branch * N(M(h) / branch, b->mlp_norm);
+      auto h = x + R(N(A(x), b->attn_norm), ga);
+      x = h + R(N(M(h), b->mlp_norm), gm);
     } else if (p == "sandwich") {  // x + norm_post(f(norm_pre(x)))
-      auto h = x + branch * N(A(N(x, b->attn_norm)) / branch, b->attn_post_norm);
-      x = h + branch * N(M(N(h, b->mlp_norm)) / branch, b->mlp_post_norm);
+      auto h = x + R(N(A(N(x, b->attn_norm)), b->attn_post_norm), ga);
+      x = h + R(N(M(N(h, b->mlp_norm)), b->mlp_post_norm), gm);
     } else {
       ADD_FAILURE() << "unknown placement " << p;
     }

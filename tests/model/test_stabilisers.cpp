@@ -207,6 +207,90 @@ TEST(Stabilisers, OneTrainingStepEqualsHandWrittenReference) {
   }
 }
 
+// Rybakov et al. 2024's comparison variants (issue 51): soft temperature,
+// soft clip (clipped softmax) and LayerScale, each against the hand-written
+// fp64 reference, forward and one training step.
+TEST(Stabilisers, SoftTemperatureEqualsReference) {
+  auto cfg = gqa_config();
+  cfg.attn_temperature = 0.5;
+  expect_matches_reference(cfg, "soft temperature 0.5");
+  expect_step_matches_reference(cfg, "soft temperature 0.5");
+  cfg.attn_temperature_learnable = true;  // beta per head, perturbed away from 0.5 by the reference's perturb()
+  expect_matches_reference(cfg, "learned soft temperature");
+  expect_step_matches_reference(cfg, "learned soft temperature");
+  auto model = make_model(cfg, 5);
+  const auto& beta = block(model, 0)->attn->softmax_beta;
+  ASSERT_TRUE(beta.defined());
+  EXPECT_EQ(beta.numel(), cfg.n_heads);
+  EXPECT_TRUE(torch::allclose(beta, torch::full_like(beta, 0.5))) << "starts at model.attn_temperature";
+  EXPECT_FALSE(keel::wants_weight_decay("blocks.0.attn.softmax_beta", keel::TrainConfig{}));
+  // Halving the scores is what the fixed beta does: the same as a query_pre_attn_scalar 4x the head_dim.
+  auto half = gqa_config();
+  half.attn_temperature = 0.5;
+  auto quarter_scale = gqa_config();
+  quarter_scale.query_pre_attn_scalar = 4.0 * static_cast<double>(half.head_dim());
+  auto a = make_model(half, 5), b = make_model(quarter_scale, 5);
+  auto idx = random_tokens(half, 2, 12);
+  torch::NoGradGuard no_grad;
+  EXPECT_LT(max_abs_diff(a->forward(idx), b->forward(idx)), 1e-12);
+}
+
+TEST(Stabilisers, ClippedSoftmaxEqualsReferenceAndZeroesSmallWeights) {
+  auto cfg = gqa_config();
+  cfg.clipped_softmax = true;
+  expect_matches_reference(cfg, "clipped softmax", 1e-5);
+  expect_step_matches_reference(cfg, "clipped softmax", 1e-5);
+  cfg.clipped_softmax_gamma = -0.2;  // a wider stretch, so many weights clip to exactly 0
+  cfg.clipped_softmax_zeta = 1.2;
+  expect_matches_reference(cfg, "clipped softmax, gamma -0.2, zeta 1.2", 1e-5);
+  auto model = make_model(cfg, 5);
+  EXPECT_EQ(block(model, 0)->attn->kernel_name(2, 12, torch::kCPU, torch::kFloat64), "explicit (clipped softmax)");
+  // The reference's probabilities: some exactly 0 among the allowed keys, rows no longer summing to 1.
+  std::vector<RefAttentionTrace> traces;
+  auto idx = random_tokens(cfg, 2, 12);
+  perturb(model);
+  ref_forward(model, idx, &traces);
+  auto p = traces[0].probs[0];
+  auto allowed = torch::ones({12, 12}, torch::kBool).tril();
+  EXPECT_GT(p.masked_select(allowed.expand_as(p)).eq(0).sum().item<int64_t>(), 0);
+  EXPECT_GT((p.sum(-1) - 1).abs().max().item<double>(), 1e-3);
+  // Without the clip the model differs: the option is not a no-op.
+  auto plain = cfg;
+  plain.clipped_softmax = false;
+  plain.clipped_softmax_gamma = -0.03;
+  plain.clipped_softmax_zeta = 1.03;
+  auto unclipped = make_model(plain, 5);
+  perturb(unclipped);
+  torch::NoGradGuard no_grad;
+  EXPECT_GT(max_abs_diff(model->forward(idx), unclipped->forward(idx)), 1e-3);
+}
+
+TEST(Stabilisers, LayerScaleEqualsReferenceInEveryLayout) {
+  for (const char* layout : {"pre", "post", "reordered", "sandwich"}) {
+    auto cfg = gqa_config();
+    cfg.norm_placement = as<NormPlacement>(layout);
+    cfg.layer_scale = 0.1;
+    expect_matches_reference(cfg, std::string("layer_scale ") + layout);
+    expect_step_matches_reference(cfg, std::string("layer_scale ") + layout);
+  }
+  auto cfg = gqa_config();
+  cfg.layer_scale = 1e-5;
+  auto model = make_model(cfg, 5);
+  for (const auto* g : {&block(model, 0)->attn_layer_scale, &block(model, 1)->mlp_layer_scale}) {
+    ASSERT_TRUE(g->defined());
+    EXPECT_EQ(g->numel(), cfg.d_model);
+    EXPECT_TRUE(torch::allclose(*g, torch::full_like(*g, 1e-5))) << "every gain starts at model.layer_scale";
+  }
+  EXPECT_FALSE(keel::wants_weight_decay("blocks.0.attn_layer_scale", keel::TrainConfig{}));
+  EXPECT_FALSE(keel::wants_weight_decay("blocks.0.mlp_layer_scale", keel::TrainConfig{}));
+  // At 1e-5 the blocks barely move the stream: the logits are those of the embedding through the final norm.
+  auto idx = random_tokens(cfg, 2, 12);
+  torch::NoGradGuard no_grad;
+  auto x = model->wte.index_select(0, idx.reshape({-1})).view({2, 12, cfg.d_model});
+  auto direct = model->head_logits(model->final_norm->forward(x));
+  EXPECT_LT(max_abs_diff(model->forward(idx), direct), 1e-3 * std::max(1.0, max_abs(direct)));
+}
+
 TEST(Stabilisers, GroupedQkNormEndsEqualHeadAndProjectionScope) {
   for (const char* type : {"rms", "layernorm"}) {
     auto base = gqa_config();

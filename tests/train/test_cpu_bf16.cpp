@@ -9,9 +9,11 @@
 #include <c10/util/Exception.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 
+#include "model/chunked_loss.h"
 #include "model/init.h"
 #include "train/device.h"
 #include "optim/optimizer.h"
@@ -91,6 +93,41 @@ TEST(CpuBf16, MatmulsRunInBf16AndTheLossInFp32) {
     ASSERT_TRUE(p.value().grad().defined()) << p.key();
     EXPECT_EQ(p.value().grad().scalar_type(), torch::kFloat32) << p.key();
   }
+}
+
+// train.fp32_head (issue 51): under autocast the head's matmul in fp32, on
+// both the whole-logits path and the chunked loss; without it, bf16.
+TEST(CpuBf16, Fp32HeadKeepsTheHeadMatmulInFp32) {
+  Config c = small_config();
+  Transformer model = build_model(c.model, 3);
+  Batch b = batch(1);
+  AutocastScope autocast(true, torch::kCPU);
+  torch::NoGradGuard no_grad;
+  auto hidden = model->forward_hidden(b.inputs);
+  torch::Tensor exact;
+  {
+    AutocastOff off(torch::kCPU);  // what an fp32 head gives
+    exact = torch::matmul(hidden.to(torch::kFloat32), model->lm_head.t());
+  }
+  const int64_t V = c.model.vocab_size;  // the padded columns are -inf in the model's logits
+  exact.narrow(-1, V, exact.size(-1) - V).fill_(-std::numeric_limits<float>::infinity());
+  auto real = [&](const torch::Tensor& t) { return t.narrow(-1, 0, V).to(torch::kFloat32); };
+  const double big = real(exact).abs().max().item<double>();
+  auto bf16 = model->forward(b.inputs);
+  model->set_fp32_head(true);
+  auto fp32 = model->forward(b.inputs);
+  EXPECT_TRUE(at::autocast::is_autocast_enabled(at::kCPU)) << "the head must turn autocast back on";
+  EXPECT_EQ(bf16.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(fp32.scalar_type(), torch::kFloat32);
+  EXPECT_LT((real(fp32) - real(exact)).abs().max().item<double>(), 1e-5 * big);
+  EXPECT_GT((real(bf16) - real(exact)).abs().max().item<double>(), 1e-3 * big) << "bf16 rounds visibly";
+  // The chunked loss the trainer uses: its head in fp32 too.
+  const double want = language_model_loss(exact, b.targets, 1e-4).total.item<double>();
+  const double got = model_loss(*model, b.inputs, b.targets, 1e-4, 64).total.item<double>();
+  EXPECT_NEAR(got, want, 1e-5);
+  model->set_fp32_head(false);
+  const double rounded = model_loss(*model, b.inputs, b.targets, 1e-4, 64).total.item<double>();
+  EXPECT_GT(std::abs(rounded - want), 1e-5) << "the bf16 head's loss should differ";
 }
 
 // The StepRunner step (forward, fp32 loss, backward, clipping, AdamW) in bf16
