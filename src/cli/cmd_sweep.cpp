@@ -1,6 +1,7 @@
 // `keel sweep SWEEP.yaml` and `keel report SWEEP_DIR` (src/sweep/).
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <memory>
 
 #include "cli/commands.h"
@@ -73,9 +74,17 @@ Command add_report_command(CLI::App& app) {
   cmd->add_option("--out", args->options.out_dir, "write the report here instead of SWEEP_DIR");
   cmd->add_flag("--no-plots", args->no_plots, "only the CSVs and report.md");
   cmd->add_option("--python", args->options.python, "Python with matplotlib (default: .venv/bin/python)");
+  cmd->add_option("--degradation-margin", args->options.degradation_margin,
+                  "nats above the best lower-LR run at which a run counts as degraded (default 0.1)");
   return [cmd, args]() -> int {
     if (!*cmd) return -1;
     args->options.plots = !args->no_plots;
+    if (!(args->options.degradation_margin > 0) || !std::isfinite(args->options.degradation_margin)) {
+      ConfigErrors e;
+      e.add("--degradation-margin", "expected a positive number of nats, got " +
+                                        std::to_string(args->options.degradation_margin));
+      throw ConfigError(e);
+    }
     return write_report(args->dir, args->options);
   };
 }

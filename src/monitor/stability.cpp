@@ -73,6 +73,11 @@ void StabilityMonitor::observe_model_stats(int64_t step, const nlohmann::json& s
     final_z_ = value("z_loss");
     final_log_z_ = value("mean_log_z");
     final_output_max_ = value("max_logit");
+    if (!output_unstable() && out.contains("max_logit") &&
+        (!std::isfinite(final_output_max_) || final_output_max_ > cfg_.diverge_output_logit)) {
+      output_unstable_step_ = step;
+      output_unstable_value_ = final_output_max_;
+    }
   }
   max_attn_logit_.resize(std::max(max_attn_logit_.size(), attn.size()), 0.0);
   double best = -1;
@@ -104,12 +109,30 @@ std::string StabilityMonitor::instability_text() const {
                           : "";
 }
 
+nlohmann::json StabilityMonitor::first_failure() const {
+  int64_t first = -1;
+  for (int64_t s : {logit_unstable_step_, output_unstable_step_, diverged_step_})
+    if (s >= 0 && (first < 0 || s < first)) first = s;
+  if (first < 0) return nullptr;
+  std::string kind;
+  auto add = [&](int64_t s, const char* name) {
+    if (s == first) kind += (kind.empty() ? "" : "+") + std::string(name);
+  };
+  add(logit_unstable_step_, "attention_logits");
+  add(output_unstable_step_, "output_logits");
+  add(diverged_step_, "loss");
+  return {{"kind", kind}, {"step", first}};
+}
+
 nlohmann::json StabilityMonitor::summary() const {
   return {{"diverged", diverged()},
           {"diverged_step", diverged() ? nlohmann::json(diverged_step_) : nlohmann::json()},
           {"diverged_reason", diverged() ? nlohmann::json(diverged_reason_) : nlohmann::json()},
           {"attn_logit_unstable", logit_unstable()},
           {"attn_logit_unstable_step", logit_unstable() ? nlohmann::json(logit_unstable_step_) : nlohmann::json()},
+          {"output_logit_unstable", output_unstable()},
+          {"output_logit_unstable_step", output_unstable() ? nlohmann::json(output_unstable_step_) : nlohmann::json()},
+          {"first_failure", first_failure()},
           {"spikes", {{"loss", loss_spikes_.spikes()}, {"grad_norm", grad_spikes_.spikes()}}},
           {"spike_score_percent", {{"loss", loss_score_.score_percent()}, {"grad_norm", grad_score_.score_percent()}}},
           {"max_attn_logit_per_layer", max_attn_logit_},
@@ -131,6 +154,9 @@ nlohmann::json StabilityMonitor::state() const {
           {"logit_unstable_step", logit_unstable_step_},
           {"logit_unstable_value", std::isfinite(logit_unstable_value_) ? nlohmann::json(logit_unstable_value_)
                                                                          : nlohmann::json()},
+          {"output_unstable_step", output_unstable_step_},
+          {"output_unstable_value", std::isfinite(output_unstable_value_) ? nlohmann::json(output_unstable_value_)
+                                                                           : nlohmann::json()},
           {"max_attn_logit_per_layer", max_attn_logit_},
           {"final_z_loss", std::isfinite(final_z_) ? nlohmann::json(final_z_) : nlohmann::json()},
           {"final_mean_log_z", std::isfinite(final_log_z_) ? nlohmann::json(final_log_z_) : nlohmann::json()},
@@ -156,6 +182,11 @@ void StabilityMonitor::load_state(const nlohmann::json& s) {
     logit_unstable_step_ = diverged_step_;
     diverged_step_ = -1;
     diverged_reason_.clear();
+  }
+  if (s.contains("output_unstable_step") && s["output_unstable_step"].is_number()) {
+    output_unstable_step_ = json_int<int64_t>(s["output_unstable_step"]);
+    if (s.contains("output_unstable_value") && s["output_unstable_value"].is_number())
+      output_unstable_value_ = s["output_unstable_value"].get<double>();
   }
   // Checkpoints before these moved here kept the maxima beside the state.
   if (s.contains("max_attn_logit_per_layer")) max_attn_logit_ = s["max_attn_logit_per_layer"].get<std::vector<double>>();

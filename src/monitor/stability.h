@@ -3,7 +3,9 @@
 // and two different things kept apart: loss divergence (a non-finite loss, or
 // one above monitor.diverge_loss_factor x the initial loss) and attention-
 // logit instability (layer-0 max logit above monitor.diverge_attn_logit,
-// Wortsman et al.), which many runs survive. The trainer pushes each step's (loss, grad norm) as a device
+// Wortsman et al.), which many runs survive; and output-logit instability
+// (largest |output logit| above monitor.diverge_output_logit), ordered
+// against the other two in first_failure(). The trainer pushes each step's (loss, grad norm) as a device
 // tensor and drains them on logging steps with one host copy, so detection adds
 // no per-step sync; only monitor.skip_on_spike needs each step's verdict before
 // its update.
@@ -47,6 +49,10 @@ class StabilityMonitor {
 
   bool diverged() const { return diverged_step_ >= 0; }            // the loss diverged
   bool logit_unstable() const { return logit_unstable_step_ >= 0; }  // the attention logits did
+  bool output_unstable() const { return output_unstable_step_ >= 0; }  // the output logits did
+  // Which of the three failed first and when: {"kind": "attention_logits" |
+  // "output_logits" | "loss" (several joined by "+" at one step), "step"}; null when none did.
+  nlohmann::json first_failure() const;
   std::string divergence_text() const;                               // why, for the log
   std::string instability_text() const;
   nlohmann::json summary() const;  // spike counts and scores, divergence, attention maxima, final z-loss
@@ -69,6 +75,8 @@ class StabilityMonitor {
   std::string diverged_reason_;
   int64_t logit_unstable_step_ = -1;
   double logit_unstable_value_ = NAN;
+  int64_t output_unstable_step_ = -1;
+  double output_unstable_value_ = NAN;
 };
 
 }  // namespace keel

@@ -140,7 +140,7 @@ std::string spike_text(const std::vector<nlohmann::json>& spikes) {
   for (size_t i = 0; i < spikes.size() && i < 4; ++i)
     out += (out.empty() ? "" : ", ") + strf("%s at %lld (z %.1f)", spikes[i].value("signal", std::string("?")).c_str(),
                                           static_cast<long long>(json_int<int64_t>(spikes[i]["step"])),
-                                          spikes[i].value("z", NAN));
+                                          spikes[i].value("z", static_cast<double>(NAN)));
   if (spikes.size() > 4) out += strf(", ... (%zu in all)", spikes.size());
   return out.empty() ? "-" : out;
 }

@@ -5,7 +5,9 @@
 #include <map>
 #include <random>
 
+#include "sweep/edge_criteria.h"
 #include "util/json.h"
+#include "util/log.h"
 #include "util/text.h"
 
 namespace keel {
@@ -21,16 +23,11 @@ bool manifest_search(const nlohmann::json& manifest, EdgeSearchSpec* spec) {
   spec->high = number("high");
   spec->factor = number("factor");
   spec->criterion = text("criterion");
+  if (std::isfinite(number("margin"))) spec->margin = number("margin");
   // A hand-edited manifest with no usable search is no search.
   return !spec->key.empty() && spec->low > 0 && spec->high > spec->low && spec->factor > 1 &&
-         (spec->criterion == "loss_divergence" || spec->criterion == "logit_instability");
+         is_edge_criterion(spec->criterion) && spec->margin > 0;
 }
-
-bool meets_edge_criterion(const PointRow& row, const std::string& criterion) {
-  return criterion == "logit_instability" ? row.logit_unstable : row.loss_diverged(row.uniform_loss());
-}
-
-namespace {
 
 double geometric_mean(const std::vector<double>& v) {
   double s = 0;
@@ -38,8 +35,7 @@ double geometric_mean(const std::vector<double>& v) {
   return std::exp(s / static_cast<double>(v.size()));
 }
 
-// 95% percentile bootstrap of the geometric mean, resampling the values.
-Interval bootstrap_geometric_mean(const std::vector<double>& v, size_t replicates = 2000, uint64_t seed = 20231) {
+Interval bootstrap_geometric_mean(const std::vector<double>& v, size_t replicates, uint64_t seed) {
   if (v.size() < 2) return {NAN, NAN};
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<size_t> pick(0, v.size() - 1);
@@ -53,15 +49,13 @@ Interval bootstrap_geometric_mean(const std::vector<double>& v, size_t replicate
   return {percentile_of_sorted(means, 0.025), percentile_of_sorted(means, 0.975)};
 }
 
-}  // namespace
-
 std::vector<EdgeGroupRow> edge_groups(const nlohmann::json& manifest, const EdgeSearchSpec& spec,
                                       const std::vector<PointRow>& rows) {
   std::map<std::string, const PointRow*> by_name;
   for (const auto& r : rows) by_name[r.name] = &r;
   // group -> seed -> results, in first-seen order
   std::vector<std::string> order;
-  std::map<std::string, std::map<int64_t, std::vector<EdgeProbe>>> probes;
+  std::map<std::string, std::map<int64_t, std::vector<std::pair<double, const PointRow*>>>> runs;
   for (const auto& p : manifest.at("points")) {
     if (!p.is_object() || !p.value("active", true) || !p.contains("labels") || !p["labels"].is_object()) continue;
     const auto& labels = p["labels"];
@@ -81,10 +75,22 @@ std::vector<EdgeGroupRow> edge_groups(const nlohmann::json& manifest, const Edge
     }
     if (group.empty()) group = "all";
     const PointRow& r = *row->second;
-    const bool unstable = meets_edge_criterion(r, spec.criterion);
-    if (!probes.count(group)) order.push_back(group);
-    probes[group][r.seed].push_back({value, unstable});
+    if (!runs.count(group)) order.push_back(group);
+    runs[group][r.seed].push_back({value, &r});
   }
+  // Judged against the seed's other runs (degradation compares them), at the search key's values.
+  std::map<std::string, std::map<int64_t, std::vector<EdgeProbe>>> probes;
+  for (const auto& [group, seeds] : runs)
+    for (const auto& [seed, list] : seeds) {
+      std::vector<PointRow> at_value;
+      for (const auto& [value, r] : list) {
+        at_value.push_back(*r);
+        at_value.back().lr = value;
+      }
+      std::vector<const PointRow*> peers;
+      for (const auto& r : at_value) peers.push_back(&r);
+      for (const auto& r : at_value) probes[group][seed].push_back({r.lr, run_fails(r, spec.criterion, peers, spec.margin)});
+    }
   std::vector<EdgeGroupRow> out;
   for (const auto& g : order) {
     EdgeGroupRow row;
@@ -108,9 +114,12 @@ std::string edge_markdown(const EdgeSearchSpec& spec, const std::vector<EdgeGrou
   *csv = "group,seed,state,stable,unstable,runs,non_monotone\n";
   if (groups.empty()) return "";
   const std::string key = "`" + spec.key + "`";
-  const std::string what = spec.criterion == "logit_instability"
-                               ? "its layer-0 attention logit passed `monitor.diverge_attn_logit`"
-                               : "its loss diverged (non-finite, exploding, or a final loss at or above ln(vocab))";
+  const std::string what =
+      spec.criterion == "logit_instability" ? "its layer-0 attention logit passed `monitor.diverge_attn_logit`"
+      : spec.criterion == "degradation"
+          ? "its loss diverged or its final validation loss lay more than " + strf("%g", spec.margin) +
+                " nats above the best run of its seed at a lower value"
+          : "its loss diverged (non-finite, exploding, or a final loss at or above ln(vocab))";
   std::string m = "## Stability edge\n\n";
   m += "The largest " + key + " that trains, found by bisection in log space between " + edge_value_label(spec.low) +
        " and " + edge_value_label(spec.high) + " to a factor of " + edge_value_label(spec.factor) +

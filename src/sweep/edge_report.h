@@ -26,11 +26,11 @@ struct EdgeGroupRow {
   Interval interval{NAN, NAN};        // 95% percentile bootstrap of `edge` (resampling the seeds); NaN below 2
 };
 
-// Whether a finished run met the search's criterion: loss_divergence as the
-// LR sensitivity counts it (diverged, non-finite, or a final loss at or above
-// ln(vocab)), logit_instability when its layer-0 attention logit passed
-// monitor.diverge_attn_logit.
-bool meets_edge_criterion(const PointRow& row, const std::string& criterion);
+// The geometric mean of positive values, and its 95% percentile bootstrap
+// (resampling the values; NaN below two), seeded so a report regenerates alike.
+double geometric_mean(const std::vector<double>& v);
+Interval bootstrap_geometric_mean(const std::vector<double>& v, size_t replicates = 2000, uint64_t seed = 20231);
+
 
 // The search spec sweep.json records (manifest["search"]); false when there is none.
 bool manifest_search(const nlohmann::json& manifest, EdgeSearchSpec* spec);

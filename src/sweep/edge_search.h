@@ -29,7 +29,8 @@ struct EdgeSearchSpec {
   std::string short_name;   // in point names: "lr"
   double low = 0, high = 0; // the range, 0 < low < high
   double factor = 1.25;     // resolution: stop when unstable / stable <= factor
-  std::string criterion = "loss_divergence";  // | logit_instability
+  std::string criterion = "loss_divergence";  // | logit_instability | degradation (edge_criteria.h)
+  double margin = 0.1;                        // degradation: nats above the best lower-LR run (kDefaultDegradationMargin)
 };
 
 // One result: a run at `value` met the criterion (unstable) or did not.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "sweep/edge_criteria.h"
 #include "sweep/edge_report.h"
 #include "sweep/sweep_manifest.h"
 #include "sweep/sweep_report.h"
@@ -30,11 +31,17 @@ double GridSource::remaining_steps() const {
   return steps;
 }
 
-bool run_meets_criterion(const std::string& run_dir, const std::string& criterion, int64_t vocab_size) {
+void EdgeSearchSource::Group::add_result(const EdgeSearchSpec& spec, double value, const std::string& run_dir,
+                                         int64_t vocab_size) {
   PointRow row;
   row.vocab_size = vocab_size;  // from the point's config, as the report takes it
+  row.lr = value;
   read_run_summary(run_dir, row);
-  return meets_edge_criterion(row, criterion);
+  results.push_back(row);
+  std::vector<const PointRow*> peers;
+  for (const auto& r : results) peers.push_back(&r);
+  known.clear();
+  for (const auto& r : results) known.push_back({r.lr, run_fails(r, spec.criterion, peers, spec.margin)});
 }
 
 namespace {
@@ -91,7 +98,11 @@ std::vector<SweepPoint> reusable_points(const SweepSpec& spec, const std::vector
 std::vector<EdgeSearchSource::Group> search_groups(const SweepSpec& spec, const std::vector<SweepPoint>& groups,
                                                    const std::vector<SweepPoint>& points, const std::string& sweep_dir) {
   std::vector<EdgeSearchSource::Group> out;
-  for (const auto& g : groups) out.push_back({g, {}, {}, {}, ""});
+  for (const auto& g : groups) {
+    EdgeSearchSource::Group group;
+    group.base = g;
+    out.push_back(std::move(group));
+  }
   for (size_t i = 0; i < points.size(); ++i) {
     const double v = label_value(points[i], spec.search.key);
     if (std::isnan(v)) continue;
@@ -100,7 +111,7 @@ std::vector<EdgeSearchSource::Group> search_groups(const SweepSpec& spec, const 
       g.points.push_back(i);
       const std::string dir = sweep_dir + "/" + points[i].name;
       if (point_status(dir).state == PointState::finished)
-        g.known.push_back({v, run_meets_criterion(dir, spec.search.criterion, points[i].config.model.vocab_size)});
+        g.add_result(spec.search, v, dir, points[i].config.model.vocab_size);
       break;
     }
   }
@@ -150,7 +161,7 @@ std::optional<size_t> EdgeSearchSource::next() {
       const std::string dir = dir_ + "/" + points_[i].name;
       const PointStatus st = point_status(dir);
       if (st.state == PointState::finished) {  // run before (a re-run of the sweep): a result, not a run
-        group.known.push_back({v, run_meets_criterion(dir, spec_.search.criterion, points_[i].config.model.vocab_size)});
+        group.add_result(spec_.search, v, dir, points_[i].config.model.vocab_size);
         return next();
       }
       if (st.state == PointState::resumable) {
@@ -187,8 +198,7 @@ void EdgeSearchSource::ended(size_t point, bool finished) {
     return;
   }
   const std::string dir = dir_ + "/" + points_[point].name;
-  group.known.push_back({value_of_.at(point),
-                         run_meets_criterion(dir, spec_.search.criterion, points_[point].config.model.vocab_size)});
+  group.add_result(spec_.search, value_of_.at(point), dir, points_[point].config.model.vocab_size);
 }
 
 size_t EdgeSearchSource::waiting() const {

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sweep/sweep_report.h"
 #include "sweep/sweep_spec.h"
 
 namespace keel {
@@ -50,9 +51,6 @@ class GridSource : public PointSource {
   size_t next_ = 0;
 };
 
-// meets_edge_criterion (edge_report.h) of RUN_DIR/summary.json. Throws
-// RunDirError for a damaged summary.json.
-bool run_meets_criterion(const std::string& run_dir, const std::string& criterion, int64_t vocab_size);
 
 // The edge search of every group: each group's next values become points
 // (search_point), run when the results before them are in. A value whose
@@ -64,9 +62,14 @@ class EdgeSearchSource : public PointSource {
   struct Group {
     SweepPoint base;                 // the grid point without the search key
     std::vector<size_t> points;      // its points made so far (indices)
-    std::vector<EdgeProbe> known;    // results so far
+    std::vector<EdgeProbe> known;    // results so far, judged by the search's criterion
+    std::vector<PointRow> results;   // the finished runs behind them (degradation compares them)
     std::vector<size_t> running;     // points started and not ended
     std::string stuck;               // why the search of this group stopped short ("" if it did not)
+    // The finished run at `value` in RUN_DIR: added to results, and every
+    // result judged again (a degradation verdict moves with the runs below it).
+    // Throws RunDirError for a damaged summary.json.
+    void add_result(const EdgeSearchSpec& spec, double value, const std::string& run_dir, int64_t vocab_size);
   };
   EdgeSearchSource(const SweepSpec& spec, const std::string& sweep_dir, std::vector<SweepPoint>& points,
                    std::vector<Group> groups, std::function<void()> on_new_point);

@@ -153,7 +153,8 @@ nlohmann::json make_manifest(const SweepSpec& spec, const std::vector<SweepPoint
   nlohmann::json search = nullptr;
   if (spec.has_search)
     search = {{"key", spec.search.key},   {"short", spec.search.short_name}, {"low", spec.search.low},
-              {"high", spec.search.high}, {"factor", spec.search.factor},    {"criterion", spec.search.criterion}};
+              {"high", spec.search.high}, {"factor", spec.search.factor},    {"criterion", spec.search.criterion},
+              {"margin", spec.search.margin}};
   return {{"format", "keel-sweep"},
           {"version", 1},
           {"search", search},
@@ -186,12 +187,19 @@ class SummaryCheck {
     for (const char* k : {"tokens", "nonfinite_steps", "parameters", "non_embedding_parameters", "world_size",
                           "spike_skipped_steps", "rewinds"})
       count_key(s_, k, false, false);
-    for (const char* k : {"diverged_step", "attn_logit_unstable_step"}) count_key(s_, k, false, true);
+    for (const char* k : {"diverged_step", "attn_logit_unstable_step", "output_logit_unstable_step"})
+      count_key(s_, k, false, true);
     for (const char* k : {"time_s", "final_loss", "initial_loss", "final_val_loss", "best_val_loss", "final_val_ppl",
                           "best_val_ppl", "tokens_per_s", "final_z_loss", "final_mean_log_z", "final_max_output_logit"})
       number_key(s_, k, "");
-    for (const char* k : {"diverged", "attn_logit_unstable"})
+    for (const char* k : {"diverged", "attn_logit_unstable", "output_logit_unstable"})
       if (s_.contains(k) && !s_[k].is_boolean()) fail(k, "expected true or false, got " + json_excerpt(s_[k], 60));
+    if (s_.contains("first_failure") && !s_["first_failure"].is_null()) {
+      if (const nlohmann::json* o = object_key("first_failure")) {
+        string_key(*o, "kind", true);
+        count_key(*o, "step", true, false, "first_failure.");
+      }
+    }
     if (s_.contains("diverged_reason") && !s_["diverged_reason"].is_null()) string_key(s_, "diverged_reason", false);
     if (const nlohmann::json* o = object_key("spikes"))
       for (const char* k : {"loss", "grad_norm"}) count_key(*o, k, false, false, "spikes.");

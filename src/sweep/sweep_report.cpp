@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "sweep/edge_criteria.h"
 #include "sweep/edge_report.h"
 #include "sweep/lr_transfer.h"
 #include "sweep/sweep_manifest.h"
@@ -33,13 +34,6 @@ double num(const nlohmann::json& j, const char* key) {
 }
 
 std::string fmt(double v, const char* format = "%.4f") { return std::isfinite(v) ? strf(format, v) : ""; }
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
 
 std::string lr_text(double lr) { return std::isfinite(lr) ? strf("%g", lr) : "-"; }
 
@@ -85,6 +79,13 @@ int run_python(const std::string& python, const std::vector<std::string>& args) 
 }  // namespace
 
 std::string md_cell(double v, const char* format) { return std::isfinite(v) ? strf(format, v) : "-"; }
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
 
 namespace {
 
@@ -195,7 +196,7 @@ std::vector<PointRow> collect_rows(const std::string& sweep_dir, const nlohmann:
     if (!p.value("active", true)) continue;
     PointRow r;
     r.name = p.at("name").get<std::string>();
-    r.lr = p.value("lr", NAN);
+    r.lr = p.value("lr", static_cast<double>(NAN));  // a float default would make value() return a float
     r.seed = json_int_or<int64_t>(p, "seed", int64_t{0});
     r.max_steps = json_int_or<int64_t>(p, "max_steps", int64_t{0});
     const FlatConfig config = index.config(r.name);
@@ -239,9 +240,21 @@ void read_run_summary(const std::string& run_dir, PointRow& r) {
     r.logit_unstable = s.value("attn_logit_unstable", false);
     if (s.contains("attn_logit_unstable_step") && s["attn_logit_unstable_step"].is_number())
       r.logit_unstable_step = json_int<int64_t>(s["attn_logit_unstable_step"]);
+    r.output_unstable = s.value("output_logit_unstable", false);
+    if (s.contains("output_logit_unstable_step") && s["output_logit_unstable_step"].is_number())
+      r.output_unstable_step = json_int<int64_t>(s["output_logit_unstable_step"]);
     if (by == "nonfinite" && r.diverged_reason.empty()) {
       r.diverged_reason = "non-finite loss or gradient (train.nonfinite: halt)";
       r.diverged_step = r.steps;
+    }
+    if (s.contains("first_failure") && s["first_failure"].is_object()) {
+      r.first_failure = s["first_failure"].value("kind", std::string());
+      r.first_failure_step = json_int_or<int64_t>(s["first_failure"], "step", int64_t{-1});
+    } else if (r.diverged || r.logit_unstable) {  // a summary from before first_failure: from the two it has
+      const bool logits_first = r.logit_unstable && (!r.diverged || r.logit_unstable_step <= r.diverged_step);
+      const bool tie = r.logit_unstable && r.diverged && r.logit_unstable_step == r.diverged_step;
+      r.first_failure = tie ? "attention_logits+loss" : logits_first ? "attention_logits" : "loss";
+      r.first_failure_step = logits_first ? r.logit_unstable_step : r.diverged_step;
     }
     if (s.contains("spike_score_percent")) {
       r.spike_score_loss = num(s["spike_score_percent"], "loss");
@@ -394,7 +407,8 @@ std::string summary_csv(const std::vector<PointRow>& rows) {
       "point,variant,lr,seed,status,steps,max_steps,final_loss,final_val_loss,best_val_loss,initial_loss,diverged,"
       "diverged_step,diverged_reason,spike_score_loss,spike_score_grad_norm,loss_spikes,grad_norm_spikes,"
       "max_attn_logit_l0,tokens_per_s,time_s,attn_logit_unstable,attn_logit_unstable_step,final_val_ppl,condition,size,"
-      "parameters,non_embedding_parameters,final_mean_log_z,final_max_output_logit" +
+      "parameters,non_embedding_parameters,final_mean_log_z,final_max_output_logit,output_logit_unstable,"
+      "output_logit_unstable_step,first_failure,first_failure_step" +
       eval.csv_header() + "\n";
   for (const auto& r : rows) {
     out += csv_field(r.name) + "," + csv_field(r.variant) + "," + strf("%g", r.lr) + "," + std::to_string(r.seed) + "," +
@@ -408,7 +422,10 @@ std::string summary_csv(const std::vector<PointRow>& rows) {
            (r.logit_unstable_step >= 0 ? std::to_string(r.logit_unstable_step) : "") + "," +
            fmt(std::exp(r.final_val_loss), "%.6g") + "," + csv_field(r.condition) + "," + csv_field(r.size) + "," +
            count_text(r.parameters) + "," + count_text(r.non_embedding_parameters) + "," +
-           fmt(r.final_mean_log_z, "%.6g") + "," + fmt(r.final_max_output_logit, "%.6g") + eval.csv_fields(r) + "\n";
+           fmt(r.final_mean_log_z, "%.6g") + "," + fmt(r.final_max_output_logit, "%.6g") + "," +
+           (r.output_unstable ? "true" : "false") + "," +
+           (r.output_unstable_step >= 0 ? std::to_string(r.output_unstable_step) : "") + "," + r.first_failure + "," +
+           (r.first_failure_step >= 0 ? std::to_string(r.first_failure_step) : "") + eval.csv_fields(r) + "\n";
   }
   return out;
 }
@@ -792,6 +809,14 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
     edge = edge_markdown(search, edge_groups(manifest, search, rows), &edge_csv);
     write_file_atomic(out + "/edge.csv", edge_csv);
   }
+  // Every sweep over LRs: the three criteria's edges side by side (edge_criteria.h).
+  std::string criteria_csv;
+  const auto criteria_groups = criteria_edges(rows, options.degradation_margin);
+  const std::string criteria = criteria_markdown(criteria_groups, options.degradation_margin, &criteria_csv);
+  if (!criteria.empty()) {
+    write_file_atomic(out + "/edge_criteria.csv", criteria_csv);
+    edge += criteria;
+  }
   write_file_atomic(out + "/report.md",
                     report_markdown(manifest, sweep_dir, rows, variants, plots, note, notes, warnings, edge));
   std::printf("report: %s/report.md, %s/summary.csv, %s/lr_sensitivity.csv%s\n", out.c_str(), out.c_str(), out.c_str(),
@@ -800,6 +825,19 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
     std::printf("  %-20s best LR %-8s best loss %-8s LR sensitivity %-8s diverged %zu/%zu\n", v.variant.c_str(),
                 lr_text(v.lr.best_lr).c_str(), md_cell(v.lr.best_loss).c_str(), md_cell(v.lr.sensitivity).c_str(), v.lr.diverged,
                 v.finished);
+  if (!criteria.empty()) {
+    std::printf("  stability edge (largest LR that passed; geometric mean over seeds [seeds bracketed]):\n");
+    std::printf("  %-20s %-22s %-22s %-22s\n", "", "loss divergence", "logit instability", "degradation");
+    for (const auto& g : criteria_groups) {
+      std::printf("  %-20s", g.group.c_str());
+      for (const auto& e : g.by_criterion)
+        std::printf(" %-22s", (e.found ? md_cell(e.edge, "%.3g") + " [" + std::to_string(e.found) + "/" +
+                                             std::to_string(e.seeds.size()) + "]"
+                                       : std::string("-"))
+                                  .c_str());
+      std::printf("\n");
+    }
+  }
   return code;
 }
 

@@ -23,6 +23,7 @@ struct ReportOptions {
   std::string out_dir;  // where report.md, the CSVs and plots/ go; default SWEEP_DIR
   bool plots = true;
   std::string python;   // interpreter for the plotting script; default: see find_python()
+  double degradation_margin = 0.1;  // nats: the degradation criterion's (edge_criteria.h, kDefaultDegradationMargin)
 };
 
 // A downstream task's result at a run's last task evaluation (eval.tasks);
@@ -52,6 +53,12 @@ struct PointRow {
   std::string diverged_reason;
   bool logit_unstable = false;  // layer-0 max attention logit passed monitor.diverge_attn_logit; not divergence
   int64_t logit_unstable_step = -1;
+  bool output_unstable = false;  // the largest |output logit| passed monitor.diverge_output_logit
+  int64_t output_unstable_step = -1;
+  // Which failed first (attention_logits, output_logits, loss; "+" joins a
+  // tie) and when; "" and -1 when none did.
+  std::string first_failure;
+  int64_t first_failure_step = -1;
   double spike_score_loss = NAN, spike_score_grad = NAN;
   int64_t loss_spikes = 0, grad_spikes = 0;
   double max_attn_logit_l0 = NAN, tokens_per_s = NAN, time_s = NAN;
@@ -151,6 +158,8 @@ std::vector<VariantRow> summarize_variants(const std::vector<PointRow>& rows);
 std::string summary_csv(const std::vector<PointRow>& rows);
 // A number for a markdown table cell: printf `format`, or "-" when not finite.
 std::string md_cell(double v, const char* format = "%.4f");
+// A CSV field: quoted (inner quotes doubled) when it holds a comma, quote or newline.
+std::string csv_field(const std::string& s);
 std::string variants_csv(const std::vector<VariantRow>& variants);
 
 // Writes everything; returns 0, or 1 when the plots could not be drawn

@@ -1,5 +1,7 @@
 #include "sweep/sweep_spec.h"
 
+#include "sweep/edge_criteria.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "sweep/edge_criteria.h"
 #include "util/fs.h"
 
 namespace keel {
@@ -152,12 +155,12 @@ void parse_search(Parser& p, const YAML::Node& n, const std::set<std::string>& a
     return;
   }
   const size_t errors_before = p.errors.items.size();
-  static const std::vector<std::string> keys = {"key", "low", "high", "factor", "criterion"};
+  static const std::vector<std::string> keys = {"key", "low", "high", "factor", "criterion", "margin"};
   for (const auto& item : n) {
     const std::string k = item.first.as<std::string>();
     if (std::find(keys.begin(), keys.end(), k) == keys.end())
       p.errors.add("search." + k, "unknown search key" + p.where(item.first) + " (search keys: key, low, high, factor, "
-                                  "criterion)");
+                                  "criterion, margin)");
   }
   EdgeSearchSpec s;
   const YAML::Node key = n["key"];
@@ -192,12 +195,15 @@ void parse_search(Parser& p, const YAML::Node& n, const std::set<std::string>& a
   if (n["factor"] && !(s.factor > 1) && s.factor > 0)
     p.errors.add("search.factor", "must be above 1 (the bracket's ratio at which the search stops)" + p.where(n["factor"]));
   if (const YAML::Node c = n["criterion"]) {
-    if (!c.IsScalar() || (c.Scalar() != "loss_divergence" && c.Scalar() != "logit_instability"))
-      p.errors.add("search.criterion", "expected loss_divergence or logit_instability, got '" + scalar_label(c) + "'" +
-                                           p.where(c));
+    if (!c.IsScalar() || !is_edge_criterion(c.Scalar()))
+      p.errors.add("search.criterion", "expected loss_divergence, logit_instability or degradation, got '" +
+                                           scalar_label(c) + "'" + p.where(c));
     else
       s.criterion = c.Scalar();
   }
+  positive("margin", &s.margin, false);
+  if (n["margin"] && s.criterion != "degradation")
+    p.errors.add("search.margin", "only used with criterion: degradation" + p.where(n["margin"]));
   // Both ends must be values the key takes (a real number in its range).
   if (p.errors.items.size() == errors_before) {
     for (double v : {s.low, s.high}) {

@@ -4,6 +4,8 @@
 // called the logit flag divergence loads as instability.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "monitor/stability.h"
 
 using keel::MonitorConfig;
@@ -54,4 +56,38 @@ TEST(Stability, AnOlderCheckpointsLogitDivergenceLoadsAsInstability) {
   EXPECT_FALSE(old.diverged());
   EXPECT_TRUE(old.logit_unstable());
   EXPECT_EQ(old.summary()["attn_logit_unstable_step"], 40);
+}
+
+// Issue 51: the output logits are the third way a run fails; the summary
+// says which of the three came first, and at which step.
+TEST(Stability, OutputLogitInstabilityAndWhichFailureCameFirst) {
+  MonitorConfig cfg;
+  cfg.diverge_attn_logit = 100.0;
+  cfg.diverge_output_logit = 30.0;
+  auto stats = [](double attn0, double out) {
+    return nlohmann::json{{"attn", {{{"max_logit", attn0}}}}, {"output", {{"max_logit", out}, {"z_loss", 0.5}}}};
+  };
+  StabilityMonitor m(cfg);
+  m.observe(1, 5.0, 1.0);
+  m.observe_model_stats(10, stats(50.0, 12.0));
+  EXPECT_FALSE(m.output_unstable());
+  EXPECT_TRUE(m.summary()["first_failure"].is_null()) << "nothing has failed yet";
+  m.observe_model_stats(20, stats(60.0, 45.0));  // the output logits first
+  EXPECT_TRUE(m.output_unstable());
+  m.observe_model_stats(30, stats(250.0, 80.0));  // then the attention logits
+  m.observe(31, 5.0 * cfg.diverge_loss_factor + 1.0, 1.0);  // then the loss
+  auto s = m.summary();
+  EXPECT_EQ(s["output_logit_unstable_step"], 20);
+  EXPECT_EQ(s["attn_logit_unstable_step"], 30);
+  EXPECT_EQ(s["diverged_step"], 31);
+  EXPECT_EQ(s["first_failure"]["kind"], "output_logits");
+  EXPECT_EQ(s["first_failure"]["step"], 20);
+  StabilityMonitor back(cfg);  // it survives a checkpoint
+  back.load_state(m.state());
+  EXPECT_EQ(back.summary(), s);
+  // Two at one monitor step are named together; a non-finite logit counts.
+  StabilityMonitor tie(cfg);
+  tie.observe(1, 5.0, 1.0);
+  tie.observe_model_stats(10, stats(500.0, std::numeric_limits<double>::infinity()));
+  EXPECT_EQ(tie.summary()["first_failure"]["kind"], "attention_logits+output_logits");
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 
+#include "sweep/edge_criteria.h"
 #include "sweep/edge_report.h"
 #include "sweep/edge_search.h"
 
@@ -197,4 +198,73 @@ TEST(EdgeReport, GroupsOverSeedsWithTheGeometricMeanAndAnInterval) {
   // A manifest without a usable search has no section.
   manifest["search"]["factor"] = 0.5;
   EXPECT_FALSE(manifest_search(manifest, &s));
+}
+
+// Issue 51: the three criteria side by side. One group on a grid of four LRs
+// and two seeds, built so that each criterion has its own edge: the
+// attention logits fail from 0.03, the loss degrades from 0.1 (more than the
+// margin above the best lower run) and blows up at 0.3.
+namespace {
+
+PointRow grid_row(int64_t seed, double lr, double loss, bool blown_up, bool logits) {
+  PointRow r;
+  r.name = "lr=" + edge_value_label(lr) + "_seed=" + std::to_string(seed);
+  r.variant = "none";
+  r.seed = seed;
+  r.lr = lr;
+  r.vocab_size = 320;  // ln(320) = 5.77
+  r.status = blown_up ? "diverged" : "completed";
+  r.diverged = blown_up;
+  r.final_val_loss = blown_up ? NAN : loss;
+  r.logit_unstable = logits;
+  if (logits) r.first_failure = "attention_logits";
+  else if (blown_up) r.first_failure = "loss";
+  return r;
+}
+
+}  // namespace
+
+TEST(EdgeCriteria, EachCriterionFindsItsOwnEdge) {
+  std::vector<PointRow> rows;
+  for (int64_t seed : {1, 2}) {
+    const double d = 0.01 * static_cast<double>(seed);  // seeds differ a little, within the margin
+    rows.push_back(grid_row(seed, 0.01, 4.00 + d, false, false));
+    rows.push_back(grid_row(seed, 0.03, 3.90 + d, false, true));
+    rows.push_back(grid_row(seed, 0.1, 4.20 + d, false, true));   // 0.3 above 3.9: degraded
+    rows.push_back(grid_row(seed, 0.3, NAN, true, true));
+  }
+  // Degradation compares with the best lower run that did not blow up.
+  std::vector<const PointRow*> seed1;
+  for (const auto& r : rows)
+    if (r.seed == 1) seed1.push_back(&r);
+  EXPECT_FALSE(run_fails(*seed1[0], "degradation", seed1)) << "no lower run: the lowest is never degraded";
+  EXPECT_FALSE(run_fails(*seed1[1], "degradation", seed1));
+  EXPECT_TRUE(run_fails(*seed1[2], "degradation", seed1));
+  EXPECT_FALSE(run_fails(*seed1[2], "degradation", seed1, /*margin=*/0.5)) << "within a wider margin";
+  EXPECT_FALSE(run_fails(*seed1[2], "loss_divergence", seed1));
+  EXPECT_TRUE(run_fails(*seed1[3], "degradation", seed1)) << "a blow-up is also degradation";
+  EXPECT_TRUE(run_fails(*seed1[1], "logit_instability", seed1));
+
+  const auto groups = criteria_edges(rows);
+  ASSERT_EQ(groups.size(), 1u);
+  const auto& g = groups[0];
+  ASSERT_EQ(g.by_criterion.size(), 3u);
+  EXPECT_NEAR(g.by_criterion[0].edge, 0.1, 1e-12);   // loss divergence: trains at 0.1, fails at 0.3
+  EXPECT_NEAR(g.by_criterion[1].edge, 0.01, 1e-12);  // logit instability: from 0.03
+  EXPECT_NEAR(g.by_criterion[2].edge, 0.03, 1e-12);  // degradation: from 0.1
+  for (const auto& e : g.by_criterion) EXPECT_EQ(e.found, 2u);
+  EXPECT_EQ(g.first_failures, "attention_logits 6");
+  std::string csv;
+  const std::string md = criteria_markdown(groups, kDefaultDegradationMargin, &csv);
+  EXPECT_NE(md.find("| none | 0.1 (0.1–0.1) [2/2] | 0.01 (0.01–0.01) [2/2] | 0.03 (0.03–0.03) [2/2] | "
+                    "attention_logits 6 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(csv.find("none,degradation,2,found,0.03,0.1\n"), std::string::npos) << csv;
+  // A criterion no run failed lies above the grid; one every run failed, below it.
+  for (auto& r : rows) r.logit_unstable = false;
+  EXPECT_NE(criteria_markdown(criteria_edges(rows), kDefaultDegradationMargin, &csv).find("above the grid"),
+            std::string::npos);
+  EXPECT_TRUE(is_edge_criterion("degradation"));
+  EXPECT_FALSE(is_edge_criterion("loss"));
 }

@@ -5,6 +5,8 @@
 // builds.
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include <cmath>
 #include <signal.h>
 #include <sys/wait.h>
@@ -223,6 +225,22 @@ TEST_F(SweepCli, EdgeSearchReusesTheGridAndBracketsTheEdgeOfEverySeed) {
     EXPECT_TRUE(diverged) << line << "\n" << failed.dump();
   }
   EXPECT_EQ(rows, 2);
+  // The three criteria side by side (issue 51): the table, its CSV, and the
+  // lines keel report prints; loss divergence's brackets are the search's own.
+  EXPECT_NE(md.find("## Stability edge by criterion"), std::string::npos) << md;
+  EXPECT_NE(log.find("stability edge (largest LR that passed"), std::string::npos) << log;
+  EXPECT_NE(log.find("loss divergence        logit instability      degradation"), std::string::npos) << log;
+  const std::string edge_csv = read_file(dir + "/edge.csv"), criteria_csv = read_file(dir + "/edge_criteria.csv");
+  EXPECT_EQ(criteria_csv.rfind("group,criterion,seed,state,passed,failed\n", 0), 0u) << criteria_csv;
+  for (const char* seed : {"1", "2"}) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(edge_csv, m, std::regex(std::string("all,") + seed + ",found,([^,]+),([^,]+),")))
+        << edge_csv;
+    EXPECT_NE(criteria_csv.find(std::string("all,loss_divergence,") + seed + ",found," + m[1].str() + "," + m[2].str()),
+              std::string::npos)
+        << criteria_csv;
+    EXPECT_NE(criteria_csv.find(std::string("all,degradation,") + seed + ","), std::string::npos) << criteria_csv;
+  }
 
   // A re-run finds every search ended and starts nothing.
   ASSERT_EQ(run_keel("sweep " + g_dir + "/edge.yaml", &log), 0) << log;
@@ -292,7 +310,8 @@ TEST_F(SweepCli, SizesGiveTheScalingTableAndPlots) {
     EXPECT_DOUBLE_EQ(summary["final_max_output_logit"].get<double>(), last["max_logit"].get<double>());
   }
   const std::string csv = read_file(out("sizes") + "/summary.csv");
-  EXPECT_NE(csv.find(",condition,size,parameters,non_embedding_parameters,final_mean_log_z,final_max_output_logit\n"),
+  EXPECT_NE(csv.find(",condition,size,parameters,non_embedding_parameters,final_mean_log_z,final_max_output_logit,"
+                     "output_logit_unstable,output_logit_unstable_step,first_failure,first_failure_step\n"),
             std::string::npos)
       << csv;
   EXPECT_NE(csv.find(",rms,d64,"), std::string::npos) << csv;
@@ -616,7 +635,8 @@ TEST_F(SweepCli, CompareAndReportShowTaskAccuracy) {
     EXPECT_NE(md.find(s), std::string::npos) << s << "\n" << md;
   EXPECT_TRUE(keel::path_exists(cmp + "/plots/tasks.png"));
   const std::string csv = read_file(cmp + "/compare.csv");
-  EXPECT_NE(csv.find(",final_max_output_logit,task_arc_acc,task_arc_acc_stderr,task_arc_acc_norm,task_builtin_acc,"
+  EXPECT_NE(csv.find(",final_max_output_logit,output_logit_unstable,output_logit_unstable_step,first_failure,"
+                     "first_failure_step,task_arc_acc,task_arc_acc_stderr,task_arc_acc_norm,task_builtin_acc,"
                      "task_builtin_acc_stderr,task_builtin_acc_norm,set_web_loss\n"),
             std::string::npos)
       << csv;

@@ -323,7 +323,15 @@ TEST_F(SweepSpecTest, SearchErrorsNameTheKeyAndTheLine) {
   EXPECT_NE(error_of(head + "search: {key: train.lr, low: -1, high: 1}\n").find("search.low: expected a positive number"),
             std::string::npos);
   EXPECT_NE(error_of(head + "search: {key: train.lr, low: 1e-3, high: 1, criterion: spikes}\n")
-                .find("search.criterion: expected loss_divergence or logit_instability"),
+                .find("search.criterion: expected loss_divergence, logit_instability or degradation"),
+            std::string::npos);
+  // degradation takes a margin in nats; the other criteria do not.
+  auto degraded = keel::load_sweep_spec(
+      write_sweep(head + "search: {key: train.lr, low: 1e-3, high: 1, criterion: degradation, margin: 0.05}\n"));
+  EXPECT_EQ(degraded.search.criterion, "degradation");
+  EXPECT_DOUBLE_EQ(degraded.search.margin, 0.05);
+  EXPECT_NE(error_of(head + "search: {key: train.lr, low: 1e-3, high: 1, margin: 0.05}\n")
+                .find("search.margin: only used with criterion: degradation"),
             std::string::npos);
   EXPECT_NE(error_of(head + "search: {key: train.lr, low: 1e-3}\n").find("search.high: required"), std::string::npos);
   EXPECT_NE(error_of(head + "search: {key: train.lr, low: 1e-3, high: 1, step: 2}\n").find("search.step: unknown search key"),
