@@ -153,7 +153,7 @@ torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k,
     stats->first_token_mass = p.detach().select(-1, 0).mean();
   }
   if (clip) p = ((clip->zeta - clip->gamma) * p + clip->gamma).clamp(0.0, 1.0);  // masked: gamma < 0 -> 0
-  return torch::matmul(p.to(v.scalar_type()), vx);
+  return matmul_bf16(p.to(v.scalar_type()), vx);
 }
 
 std::pair<torch::Tensor, int64_t> document_cu_seqlens(const torch::Tensor& segments_host) {

@@ -1,5 +1,7 @@
 #include "model/blockwise_attention.h"
 
+#include "model/fused_ops.h"
+
 #include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -85,7 +87,7 @@ BlockLogits block_logits(const torch::Tensor& qb, const torch::Tensor& kb, const
                          int64_t rows, int64_t k0, int64_t cols, double softcap, double clamp, bool backward,
                          torch::Tensor* raw_abs_max, const torch::Tensor& segments = {}) {
   BlockLogits b;
-  b.z = torch::matmul(qb, kb.transpose(-2, -1));  // [B, Hkv, G*rows, cols]
+  b.z = matmul_bf16(qb, kb.transpose(-2, -1));  // [B, Hkv, G*rows, cols]
   if (b.z.scalar_type() != torch::kFloat32) b.z = b.z.to(torch::kFloat32);
   if (k0 + cols - 1 > q0) b.future = g.future(q0, rows, k0, cols, qb.device());  // some key after some query
   if (segments.defined()) {  // shape: [B, 1, G*rows, cols], broadcast over kv heads
@@ -163,7 +165,7 @@ struct BlockwiseFn : public torch::autograd::Function<BlockwiseFn> {
         auto& p = b.z;  // in place: exp(logit - m_new), 0 at future positions
         p.sub_(m_new).exp_();
         l.mul_(alpha).add_(p.sum(-1, true));
-        acc.mul_(alpha).add_(torch::matmul(p.to(v.scalar_type()), vb).to(torch::kFloat32));
+        acc.mul_(alpha).add_(matmul_bf16(p.to(v.scalar_type()), vb).to(torch::kFloat32));
         if (want_stats) {
           expected.mul_(alpha).add_((p * finite).sum(-1, true));
           first.mul_(alpha);
@@ -227,14 +229,14 @@ struct BlockwiseFn : public torch::autograd::Function<BlockwiseFn> {
                                      plan == BlockPlan::masked ? segments : torch::Tensor());
         auto& p = b.z;  // in place: exp(logit - lse), 0 at future positions
         p.sub_(lse_b).exp_();
-        dv.narrow(2, k0, cols).add_(torch::matmul(p.to(dout.scalar_type()).transpose(-2, -1), dob).to(torch::kFloat32));
-        auto ds = torch::matmul(dob, vb.transpose(-2, -1)).to(torch::kFloat32);  // dp, then in place:
+        dv.narrow(2, k0, cols).add_(matmul_bf16(p.to(dout.scalar_type()).transpose(-2, -1), dob).to(torch::kFloat32));
+        auto ds = matmul_bf16(dob, vb.transpose(-2, -1)).to(torch::kFloat32);  // dp, then in place:
         ds.sub_(rowdot_b).mul_(p);                                   // d loss / d capped logit
         if (b.inside.defined()) ds.mul_(b.inside);                   // clamped: no gradient
         if (b.tanh.defined()) ds.addcmul_(ds, b.tanh.mul_(b.tanh), -1.0);  // * (1 - tanh^2): d raw
         auto ds_in = ds.to(q.scalar_type());
-        dqb.add_(torch::matmul(ds_in, kb).to(torch::kFloat32), scale);  // d raw / d q = scale * k
-        dk.narrow(2, k0, cols).add_(torch::matmul(ds_in.transpose(-2, -1), qb).to(torch::kFloat32), scale);
+        dqb.add_(matmul_bf16(ds_in, kb).to(torch::kFloat32), scale);  // d raw / d q = scale * k
+        dk.narrow(2, k0, cols).add_(matmul_bf16(ds_in.transpose(-2, -1), qb).to(torch::kFloat32), scale);
       }
       dq.narrow(2, q0, rows).copy_(g.ungroup(dqb, rows));
     }

@@ -76,9 +76,9 @@ struct ChunkedHeadLossFn : public torch::autograd::Function<ChunkedHeadLossFn> {
       auto dx = ds.to(cdt);
       // Plain GEMMs in their natural layouts (BLAS transposes for free; a
       // transposed oneDNN weight would be reordered each chunk).
-      d_hidden.narrow(0, r0, n).copy_(at::mm(dx, w));  // dS W
-      if (cdt == acc) d_head.addmm_(dx.t(), h);        // += dS^T h
-      else d_head += at::mm(dx.t(), h).to(acc);
+      d_hidden.narrow(0, r0, n).copy_(matmul_bf16(dx, w));  // dS W (bf16 on a CPU without bf16 GEMMs: emulated)
+      if (cdt == acc) d_head.addmm_(dx.t(), h);              // += dS^T h
+      else d_head += matmul_bf16(dx.t(), h).to(acc);
     }
     auto ce = ce_sum * inv_n, z = z_sum * inv_n;
     if (want_grad) ctx->save_for_backward({d_hidden, d_head.to(head.scalar_type())});

@@ -1,5 +1,7 @@
 #include "model/fused_ops.h"
 
+#include <fstream>
+
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -352,7 +354,64 @@ bool onednn_linear_enabled() { return onednn_linear_op() != nullptr && composite
 CompositeOnly::CompositeOnly() { ++composite_only_depth; }
 CompositeOnly::~CompositeOnly() { --composite_only_depth; }
 
+namespace {
+int bf16_gemm_override = -1;  // -1: the default; 0 native; 1 emulated
+
+bool cpu_has_bf16_hardware() {
+  static const bool has = [] {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("flags", 0) == 0)
+        return line.find(" avx512_bf16") != std::string::npos || line.find(" amx_bf16") != std::string::npos;
+    return false;
+  }();
+  return has;
+}
+
+bool bf16_cpu(const torch::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == torch::kBFloat16; }
+}  // namespace
+
+bool cpu_bf16_gemm_emulated() {
+  if (bf16_gemm_override >= 0) return bf16_gemm_override == 1;
+  static const bool on = [] {
+    const char* v = std::getenv("KEEL_CPU_BF16_GEMM");
+    if (v && std::string(v) == "native") return false;
+    if (v && std::string(v) == "emulated") return true;
+    return !cpu_has_bf16_hardware();
+  }();
+  return on;
+}
+void set_cpu_bf16_gemm_emulated(bool on) { bf16_gemm_override = on ? 1 : 0; }
+void reset_cpu_bf16_gemm_emulated() { bf16_gemm_override = -1; }
+
+namespace {
+// Whether a GEMM of these CPU operands would run in bf16 (they are bf16, or
+// CPU autocast casts them to it) and should be emulated.
+bool emulate_bf16_gemm(const torch::Tensor& a, const torch::Tensor& b) {
+  if (!a.device().is_cpu() || !cpu_bf16_gemm_emulated()) return false;
+  if (bf16_cpu(a) && bf16_cpu(b)) return true;
+  return at::autocast::is_autocast_enabled(at::kCPU) && at::autocast::get_autocast_dtype(at::kCPU) == torch::kBFloat16 &&
+         a.is_floating_point() && b.is_floating_point();
+}
+torch::Tensor round_bf16(const torch::Tensor& t) { return t.to(torch::kBFloat16).to(torch::kFloat32); }
+}  // namespace
+
+torch::Tensor matmul_bf16(const torch::Tensor& a, const torch::Tensor& b) {
+  if (!emulate_bf16_gemm(a, b)) return torch::matmul(a, b);
+  AutocastOff off(c10::DeviceType::CPU);
+  return torch::matmul(round_bf16(a), round_bf16(b)).to(torch::kBFloat16);
+}
+
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  // CPU bf16 autocast, or bf16 operands, without bf16 hardware: an fp32 GEMM
+  // of the rounded operands, its output rounded (cpu_bf16_gemm_emulated).
+  // Autograd goes through the casts, so the gradients are rounded as
+  // autocast's own casts would round them.
+  if (emulate_bf16_gemm(x, w)) {
+    AutocastOff off(c10::DeviceType::CPU);
+    return linear(round_bf16(x), round_bf16(w), b.defined() ? round_bf16(b) : b).to(torch::kBFloat16);
+  }
   const bool onednn = x.device().is_cpu() && w.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
                       w.scalar_type() == torch::kFloat32 && x.dim() >= 2 && w.dim() == 2 && x.numel() > 0 &&
                       x.layout() == torch::kStrided && onednn_linear_enabled() &&

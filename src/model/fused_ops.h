@@ -15,6 +15,7 @@
 // runs the same ATen composites as CUDA (CI runs the model tests both ways).
 #pragma once
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 namespace keel {
@@ -35,6 +36,36 @@ torch::Tensor fused_cpu_row_norm(const torch::Tensor& x, const torch::Tensor& we
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {});
 // Whether linear() uses oneDNN for this CPU fp32 tensor (for tests and bench).
 bool onednn_linear_enabled();
+
+// bf16 GEMMs on a CPU without bf16 hardware (AVX2 only, or AVX-512 without
+// its BF16 extension): ATen's bf16 matmul takes a slow path there, 12-17x
+// an fp32 one on one thread of the Zen 3 VM, so bf16 autocast trained 13x
+// slower than fp32 (docs/speed.md, "bf16 on a CPU without bf16 hardware"). The same numbers come from an
+// fp32 GEMM of the bf16-rounded operands (exact in fp32) whose output is
+// rounded to bf16: only the order of the fp32 sums differs, as between two
+// BLAS builds. linear() under CPU bf16 autocast and matmul_bf16() take that
+// path when it is on: by default on such CPUs; KEEL_CPU_BF16_GEMM=native keeps
+// ATen's bf16 kernels, =emulated forces the fp32 path (for tests).
+bool cpu_bf16_gemm_emulated();
+// For tests: force the choice (true: emulate, false: native); reset() goes back to the default.
+void set_cpu_bf16_gemm_emulated(bool on);
+void reset_cpu_bf16_gemm_emulated();
+// a @ b for bf16 CPU tensors as a bf16 GEMM gives it (emulated when on); any
+// other a, b: torch::matmul.
+torch::Tensor matmul_bf16(const torch::Tensor& a, const torch::Tensor& b);
+
+// Autocast off for one device type while it lives (train.fp32_head's
+// matmuls, the emulated bf16 GEMMs).
+struct AutocastOff {
+  explicit AutocastOff(c10::DeviceType d) : device(d), was(at::autocast::is_autocast_enabled(d)) {
+    at::autocast::set_autocast_enabled(device, false);
+  }
+  ~AutocastOff() { at::autocast::set_autocast_enabled(device, was); }
+  AutocastOff(const AutocastOff&) = delete;
+  AutocastOff& operator=(const AutocastOff&) = delete;
+  c10::DeviceType device;
+  bool was;
+};
 
 // While one is alive, this thread's calls take the composite ATen path that
 // CUDA runs (no fused norm or RoPE kernel, at::linear): tests compare the

@@ -3,7 +3,6 @@
 // one sitting; every architectural choice is a key in ModelConfig.
 #pragma once
 
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <vector>
@@ -11,6 +10,7 @@
 #include "config/config.h"
 #include "model/attention.h"
 #include "model/documents.h"
+#include "model/fused_ops.h"
 #include "model/norm.h"
 #include "model/rope.h"
 
@@ -66,18 +66,6 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor attn_layer_scale, mlp_layer_scale;
 };
 TORCH_MODULE(Block);
-
-// Autocast off for one device type while it lives (train.fp32_head's matmuls).
-struct AutocastOff {
-  explicit AutocastOff(c10::DeviceType d) : device(d), was(at::autocast::is_autocast_enabled(d)) {
-    at::autocast::set_autocast_enabled(device, false);
-  }
-  ~AutocastOff() { at::autocast::set_autocast_enabled(device, was); }
-  AutocastOff(const AutocastOff&) = delete;
-  AutocastOff& operator=(const AutocastOff&) = delete;
-  c10::DeviceType device;
-  bool was;
-};
 
 struct ForwardOptions {
   // Fill one AttentionStats per layer (blockwise attention path).

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "model/chunked_loss.h"
+#include "model/fused_ops.h"
 #include "model/init.h"
 #include "train/device.h"
 #include "optim/optimizer.h"
@@ -128,6 +129,62 @@ TEST(CpuBf16, Fp32HeadKeepsTheHeadMatmulInFp32) {
   model->set_fp32_head(false);
   const double rounded = model_loss(*model, b.inputs, b.targets, 1e-4, 64).total.item<double>();
   EXPECT_GT(std::abs(rounded - want), 1e-5) << "the bf16 head's loss should differ";
+}
+
+// On a CPU without bf16 hardware keel emulates bf16 GEMMs with fp32 GEMMs of
+// the rounded operands (fused_ops.h, 13x faster there). Its logits and
+// gradients must be bf16's, not fp32's: next to ATen's own bf16 kernels they
+// differ by a small fraction of what separates bf16 from fp32.
+TEST(CpuBf16, EmulatedBf16GemmsGiveBf16sNumbers) {
+  Config c = small_config();
+  c.model.attn_softcap = 30.0;  // the blockwise path's matmuls too
+  Batch b = batch(2);
+  auto run = [&](int mode) {  // 0 native bf16, 1 emulated bf16, 2 fp32
+    Transformer model = build_model(c.model, 3);
+    if (mode < 2) set_cpu_bf16_gemm_emulated(mode == 1);
+    AutocastScope autocast(mode < 2, torch::kCPU);
+    auto loss = model_loss(*model, b.inputs, b.targets, 1e-4, 64);
+    loss.total.backward();
+    std::vector<torch::Tensor> out = {loss.total.detach().reshape({1})};
+    for (auto& p : model->named_parameters()) out.push_back(p.value().grad().reshape({-1}));
+    reset_cpu_bf16_gemm_emulated();
+    return torch::cat(out);
+  };
+  const auto native = run(0), emulated = run(1), fp32 = run(2);
+  // L2 over the loss and every gradient: a GEMM's sums in another order
+  // flip a bf16 rounding only here and there, bf16 against fp32 everywhere.
+  const double bf16_vs_fp32 = (native - fp32).norm().item<double>();
+  const double emulated_vs_native = (emulated - native).norm().item<double>();
+  EXPECT_GT(bf16_vs_fp32, 0.0);
+  EXPECT_LT(emulated_vs_native, 0.5 * bf16_vs_fp32) << "emulated " << emulated_vs_native << ", bf16 vs fp32 "
+                                                      << bf16_vs_fp32;
+  EXPECT_GT((emulated - fp32).norm().item<double>(), 0.5 * bf16_vs_fp32) << "the emulation rounded nothing";
+}
+
+// One emulated linear against ATen's bf16 one: the same bf16 outputs but for
+// a rounding flipped here and there by the order of the sums (at most one
+// bf16 step), where fp32's outputs differ almost everywhere.
+TEST(CpuBf16, AnEmulatedLinearIsABf16Linear) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  auto x = at::randn({64, 96}, gen), w = at::randn({80, 96}, gen), bias = at::randn({80}, gen);
+  torch::Tensor native, emulated, fp32;
+  {
+    AutocastScope autocast(true, torch::kCPU);
+    set_cpu_bf16_gemm_emulated(false);
+    native = keel::linear(x, w, bias);
+    set_cpu_bf16_gemm_emulated(true);
+    emulated = keel::linear(x, w, bias);
+    reset_cpu_bf16_gemm_emulated();
+  }
+  fp32 = keel::linear(x, w, bias);
+  ASSERT_EQ(native.scalar_type(), torch::kBFloat16);
+  ASSERT_EQ(emulated.scalar_type(), torch::kBFloat16);
+  const double same = native.eq(emulated).to(torch::kFloat64).mean().item<double>();
+  const double same_fp32 = native.to(torch::kFloat32).eq(fp32).to(torch::kFloat64).mean().item<double>();
+  EXPECT_GT(same, 0.9) << "bitwise-equal outputs";
+  EXPECT_LT(same_fp32, 0.1);
+  auto ulp = native.to(torch::kFloat32).abs() * std::ldexp(1.0, -7);  // one bf16 step (8 significant bits)
+  EXPECT_TRUE((native.to(torch::kFloat32) - emulated.to(torch::kFloat32)).abs().le(ulp + 1e-30).all().item<bool>());
 }
 
 // The StepRunner step (forward, fp32 loss, backward, clipping, AdamW) in bf16
