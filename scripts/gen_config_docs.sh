@@ -55,8 +55,8 @@ point; see docs/sweeps.md) are in `sweeps/`:
 | `sweeps/optimizers-lr-cpu.yaml` | AdamW against Muon, each with no stabiliser, QK-Norm (RMS per head) and QK-clip τ = 100 (MuonClip) × 7 LRs (1e-3 … 1) × 2 seeds, 200 steps; 84 points on 2 cores ([result](../docs/results/optimizers-lr-cpu/report.md)) |
 | `sweeps/mup-transfer-cpu.yaml` | does the best LR transfer across width? standard vs µP (base d32) × widths 32 / 64 / 128 / 256 × 7 LRs (2e-3 … 0.128) × 3 seeds, 100 steps; 168 points, 15.2 min on 2 cores ([result](../docs/results/mup-transfer-cpu/report.md)) |
 | `sweeps/completep-transfer-cpu.yaml` | the same across depth: standard vs CompleteP (base 2 layers) × depths 2 / 4 / 8 / 16 at width 64; 168 points, 10.3 min on 2 cores ([result](../docs/results/completep-transfer-cpu/report.md)) |
-| `sweeps/document-mask-cpu.yaml` | packed windows against `data.document_mask` × windows of 128 / 512 tokens × LR 3e-3, 1e-2 × 2 seeds, 400 steps; 16 points, 22.2 min on 2 cores ([result](../docs/results/document-mask-cpu/notes.md)) |
-| `sweeps/edge-cpu.yaml` | where the stability edge lies (`search:`, docs/sweeps.md#searching-for-the-stability-edge): AdamW / Muon × QK-Norm none / RMS per head × 3 seeds, the largest peak LR in 0.2 … 1.5 that trains 200 steps, to within 10%; 84 runs, 50.1 min on 2 cores ([result](../docs/results/edge-cpu/notes.md)) |
+| `sweeps/document-mask-cpu.yaml` | packed windows against `data.document_mask` × windows of 128 / 512 tokens × LR 3e-3, 1e-2 × 2 seeds, 400 steps; 16 points, 22.2 min on 2 cores ([result](../docs/results/document-mask-cpu/README.md)) |
+| `sweeps/edge-cpu.yaml` | where the stability edge lies (`search:`, docs/sweeps.md#searching-for-the-stability-edge): AdamW / Muon × QK-Norm none / RMS per head × 3 seeds, the largest peak LR in 0.2 … 1.5 that trains 200 steps, to within 10%; 84 runs, 50.1 min on 2 cores ([result](../docs/results/edge-cpu/README.md)) |
 
 ## Where the variants come from
 
