@@ -15,6 +15,7 @@ set(KEEL_TENSOR_SOURCES
   src/interop/hf_export.cpp
   src/interop/hf_import.cpp
   src/model/attention.cpp
+  src/model/autocast.cpp
   src/model/activation_checkpoint.cpp
   src/model/blockwise_attention.cpp
   src/model/chunked_loss.cpp

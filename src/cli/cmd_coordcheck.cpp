@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "sweep/sweep_report.h"
+#include "analysis/sweep_report.h"
 #include "train/coord_check.h"
 #include "util/error.h"
 #include "util/fs.h"

@@ -87,7 +87,7 @@ int run_eval(const EvalArgs& a) {
   // As in training (and its in-loop evaluation): an EOS starts a document.
   if (cfg.data.document_mask) model->set_documents({tok.eos_id(), cfg.data.resets_positions()});
   TaskEvaluator ev(load_eval_tasks(cfg, data, tok), tok, cfg.model.max_seq_len, cfg.eval.batch_size, dist.get(),
-                   compute);
+                   EvalDevice{compute.device, compute.bf16_autocast});
   const auto t0 = std::chrono::steady_clock::now();
   ev.evaluate(model);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "sweep/run_compare.h"
-#include "sweep/sweep_report.h"
+#include "analysis/run_compare.h"
+#include "analysis/sweep_report.h"
 #include "sweep/sweep_runner.h"
 #include "util/error.h"
 #include "util/utf8.h"

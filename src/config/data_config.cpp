@@ -5,7 +5,6 @@
 #include <cstdio>
 
 #include "config/config.h"
-#include "data/mixture.h"
 
 namespace keel {
 

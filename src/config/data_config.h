@@ -12,6 +12,16 @@
 
 namespace keel {
 
+// How data/mixture.h mixes sources, which data.sources' weights are checked
+// against here (the config cannot hold a mixture the loader refuses).
+constexpr int64_t kMixtureBlock = 4096;
+// A weight below this share could give a source a negative count in a block.
+constexpr double kMinMixtureShare = 2.0 / kMixtureBlock;
+// Weights are relative (3 and 1 mean 75% and 25%); bounded so that their sum
+// stays finite however many sources there are (1e308 + 1e308 is infinite,
+// and every share would be 0).
+constexpr double kMaxMixtureWeight = 1e15;
+
 class Schema;
 struct ConfigErrors;
 

@@ -32,15 +32,12 @@
 #include <string>
 #include <vector>
 
+#include "config/data_config.h"
+
 namespace keel {
 
-constexpr int64_t kMixtureBlock = 4096;
-// A weight below this share could give a source a negative count in a block.
-constexpr double kMinMixtureShare = 2.0 / kMixtureBlock;
-// Weights are relative (3 and 1 mean 75% and 25%); bounded so that their sum
-// stays finite however many sources there are (1e308 + 1e308 is infinite,
-// and every share would be 0).
-constexpr double kMaxMixtureWeight = 1e15;
+// kMixtureBlock, kMinMixtureShare and kMaxMixtureWeight: config/data_config.h,
+// where data.sources' weights are checked against them.
 
 struct MixtureSource {
   std::string name;      // the data.sources entry

@@ -32,7 +32,7 @@ std::vector<EvalTask> load_eval_tasks(const Config& cfg, const DataManifest& dat
 }
 
 TaskEvaluator::TaskEvaluator(std::vector<EvalTask> tasks, const Tokenizer& tok, int64_t max_len,
-                             int64_t batch_size, Dist* dist, const ComputeSetup& compute)
+                             int64_t batch_size, Dist* dist, EvalDevice compute)
     : tasks_(std::move(tasks)), dist_(dist), compute_(compute) {
   for (size_t t = 0; t < tasks_.size(); ++t) {
     task_begin_.push_back(requests_.size());

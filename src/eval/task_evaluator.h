@@ -18,7 +18,7 @@
 #include "eval/task_requests.h"
 #include "eval/task_scoring.h"
 #include "model/transformer.h"
-#include "train/device.h"
+#include "model/autocast.h"
 
 namespace keel {
 
@@ -29,11 +29,17 @@ constexpr int64_t kBuiltinMaxTokens = 4'000'000;
 // split of data_dir); throws ConfigError naming eval.tasks[i] and what is wrong.
 std::vector<EvalTask> load_eval_tasks(const Config& cfg, const DataManifest& data, const Tokenizer& tok);
 
+// Where the model computes: its device and whether under bf16 autocast.
+struct EvalDevice {
+  torch::Device device = torch::kCPU;
+  bool bf16_autocast = false;
+};
+
 class TaskEvaluator {
  public:
   // Throws ConfigError naming the eval.tasks entry whose request cannot be scored.
   TaskEvaluator(std::vector<EvalTask> tasks, const Tokenizer& tok, int64_t max_len, int64_t batch_size, Dist* dist,
-                const ComputeSetup& compute);
+                EvalDevice compute);
   bool enabled() const { return !tasks_.empty(); }
   const std::vector<EvalTask>& tasks() const { return tasks_; }
 
@@ -57,7 +63,7 @@ class TaskEvaluator {
   std::vector<size_t> task_begin_;           // the first request of each task
   std::vector<std::vector<size_t>> batches_; // request indices, longest first
   Dist* dist_;                               // null: one process
-  ComputeSetup compute_;
+  EvalDevice compute_;
   std::vector<RequestScore> scores_;         // of the latest evaluation
   std::vector<TaskResult> results_;
   nlohmann::json last_;

@@ -15,8 +15,9 @@
 // runs the same ATen composites as CUDA (CI runs the model tests both ways).
 #pragma once
 
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
+
+#include "model/autocast.h"
 
 namespace keel {
 
@@ -54,18 +55,6 @@ void reset_cpu_bf16_gemm_emulated();
 // other a, b: torch::matmul.
 torch::Tensor matmul_bf16(const torch::Tensor& a, const torch::Tensor& b);
 
-// Autocast off for one device type while it lives (train.fp32_head's
-// matmuls, the emulated bf16 GEMMs).
-struct AutocastOff {
-  explicit AutocastOff(c10::DeviceType d) : device(d), was(at::autocast::is_autocast_enabled(d)) {
-    at::autocast::set_autocast_enabled(device, false);
-  }
-  ~AutocastOff() { at::autocast::set_autocast_enabled(device, was); }
-  AutocastOff(const AutocastOff&) = delete;
-  AutocastOff& operator=(const AutocastOff&) = delete;
-  c10::DeviceType device;
-  bool was;
-};
 
 // While one is alive, this thread's calls take the composite ATen path that
 // CUDA runs (no fused norm or RoPE kernel, at::linear): tests compare the

@@ -6,7 +6,6 @@
 
 #include "model/parametrization.h"
 #include "model/transformer.h"
-#include "optim/muon.h"
 
 namespace keel {
 
@@ -47,7 +46,7 @@ std::vector<ParamScaling> param_scalings(const ModelConfig& m, const TrainConfig
         s.fan_in_ratio = static_cast<double>(s.shape[d]) / static_cast<double>(s.base_shape[d]);  // the last one
       }
     s.role = inf >= 2 ? WidthRole::matrix : inf == 1 ? WidthRole::vector : WidthRole::fixed;
-    s.muon = t.optimizer == OptimizerKind::muon && wants_muon(s.name, item.value());
+    s.muon = t.optimizer == OptimizerKind::muon && wants_muon(s.name, item.value().dim());
     const double std0 = standard_init_std(s.name, m, b.n_layers);
     const bool inside_blocks = s.name.rfind("blocks.", 0) == 0;
     double width_lr = 1.0;

@@ -1,6 +1,7 @@
 #include "model/parametrization.h"
 
 #include <cmath>
+#include <set>
 #include <tuple>
 
 #include "util/log.h"
@@ -38,6 +39,11 @@ ForwardScaling forward_scaling(const ModelConfig& m) {
       f.adam_eps_mult = (1.0 / f.width_ratio) * std::pow(f.depth_ratio, -alpha);
   }
   return f;
+}
+
+bool wants_muon(const std::string& name, int64_t dims) {
+  static const std::set<std::string> linears = {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"};
+  return dims == 2 && linears.count(name.substr(name.rfind('.') + 1)) > 0;
 }
 
 bool normal_initialised(const std::string& name) {

@@ -52,6 +52,10 @@ ForwardScaling forward_scaling(const ModelConfig& m);
 // whether it is drawn from a normal at all (false: filled with a constant).
 // `depth` is the n_layers the GPT-2 depth-scaled output init uses.
 bool normal_initialised(const std::string& name);
+// Whether Muon trains a parameter of `dims` dimensions named `name`: a 2-D
+// weight of an attention or MLP linear (wq, wk, wv, wo, w_gate, w_up, w_down);
+// the rest (embeddings, head, gains) train with AdamW.
+bool wants_muon(const std::string& name, int64_t dims);
 double standard_init_std(const std::string& name, const ModelConfig& m, int64_t depth);
 
 // Every parameter of the model built from `m`, in registration order, with

@@ -20,11 +20,6 @@ std::string leaf_of(const std::string& name) { return name.substr(name.rfind('.'
 
 }  // namespace
 
-bool wants_muon(const std::string& name, const torch::Tensor& param) {
-  static const std::set<std::string> linears = {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"};
-  return param.dim() == 2 && linears.count(leaf_of(name)) > 0;
-}
-
 torch::Tensor newton_schulz(const torch::Tensor& g, int64_t steps, torch::ScalarType dtype, double eps) {
   if (g.dim() != 2 && g.dim() != 3)
     throw std::invalid_argument("newton_schulz takes [m, n] or [B, m, n], got " + std::to_string(g.dim()) + "-D");
@@ -58,7 +53,7 @@ double muon_lr_adjustment(MuonAdjustLr rule, int64_t m, int64_t n) {
 Muon::Muon(std::vector<NamedParam> params, const TrainConfig& t, int64_t head_dim) : cfg_(t) {
   params_ = params;
   std::vector<NamedParam> rest;
-  for (auto& p : params) (wants_muon(p.name, p.param) ? muon_params_ : rest).push_back(p);
+  for (auto& p : params) (wants_muon(p.name, p.param.dim()) ? muon_params_ : rest).push_back(p);
   adamw_lr_ratio_ = t.muon.adamw_lr > 0 ? t.muon.adamw_lr / t.lr : 1.0;
   // As AdamW's: Wortsman et al.'s independent decay follows the schedule's shape, not its size.
   weight_decay_ = t.independent_weight_decay ? t.weight_decay / t.lr : t.weight_decay;

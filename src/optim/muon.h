@@ -24,11 +24,12 @@
 #include "config/config.h"
 #include "optim/optimizer.h"
 
+#include "model/parametrization.h"
+
 namespace keel {
 
-// Whether Muon trains this parameter: a 2-D weight of an attention or MLP
-// linear (wq, wk, wv, wo, w_gate, w_up, w_down).
-bool wants_muon(const std::string& name, const torch::Tensor& param);
+// wants_muon(name, param), which parameters Muon trains: model/parametrization.h
+// (the parameter's role in the model, which µP's scalings also read).
 
 // The quintic Newton–Schulz iteration on a matrix [m, n] or a batch of them
 // [B, m, n], in `dtype` (bf16 or fp32); each matrix is first divided by its

@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_store.h"
-#include "sweep/sweep_manifest.h"
-#include "sweep/sweep_report.h"
+#include "analysis/run_files.h"
+#include "analysis/sweep_report.h"
 #include "train/run_dir.h"
 #include "util/child_process.h"
 #include "util/dir_lock.h"

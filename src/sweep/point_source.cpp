@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "sweep/edge_criteria.h"
-#include "sweep/edge_report.h"
+#include "analysis/edge_criteria.h"
+#include "analysis/edge_report.h"
 #include "sweep/sweep_manifest.h"
-#include "sweep/sweep_report.h"
+#include "analysis/sweep_report.h"
 #include "train/run_dir.h"
 #include "util/fs.h"
 #include "util/text.h"

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sweep/sweep_report.h"
+#include "analysis/sweep_report.h"
 #include "sweep/sweep_spec.h"
 
 namespace keel {

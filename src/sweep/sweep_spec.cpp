@@ -1,6 +1,6 @@
 #include "sweep/sweep_spec.h"
 
-#include "sweep/edge_criteria.h"
+#include "analysis/edge_criteria.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "sweep/edge_criteria.h"
+#include "analysis/edge_criteria.h"
 #include "util/fs.h"
 
 namespace keel {

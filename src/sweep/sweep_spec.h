@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "sweep/edge_search.h"
+#include "analysis/edge_search.h"
 
 namespace keel {
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "config/config.h"
+#include "model/autocast.h"
 
 namespace keel {
 
@@ -51,19 +52,8 @@ std::string apply_attention_backend(AttentionBackend backend, torch::Device devi
 // had changed. Cheap: StepRunner::begin_step calls it every step.
 bool hold_attention_order();
 
-// Turns bf16 autocast on for the current scope, on CUDA or the CPU (matmuls
-// in bf16; losses, softmax and norms in fp32; fp32 weights). There is no RAII
-// guard in LibTorch; call at::autocast::clear_cache() after each step
-// (docs/reference.md#libtorch-notes) — Autocast does it in its destructor.
-class AutocastScope {
- public:
-  AutocastScope(bool enabled, torch::DeviceType device);
-  ~AutocastScope();
+// AutocastScope: model/autocast.h.
 
- private:
-  bool enabled_;
-  torch::DeviceType device_;
-};
 
 // FLOP/s of a 1024^3 fp32 matmul on this process's threads, the faster of
 // BLAS and oneDNN (a CPU "peak": what keel's own linear layers can reach).

@@ -555,7 +555,7 @@ void Trainer::setup_tasks(const DataManifest& data) {
     }
   }
   tasks_ = std::make_unique<TaskEvaluator>(std::move(tasks), tok, cfg_.model.max_seq_len, cfg_.eval.batch_size,
-                                           dist_.get(), compute_);
+                                           dist_.get(), EvalDevice{compute_.device, compute_.bf16_autocast});
 }
 
 // Downstream tasks and held-out sets, for the record; after the last step

@@ -72,7 +72,7 @@ Transformer seeded_model() { return build_model(tiny_model(), 3); }
 TEST(TaskEvaluator, EachRequestScoresAsAForwardOfItAlone) {
   torch::set_num_threads(1);
   Transformer model = seeded_model();
-  TaskEvaluator ev(tasks(), tok(), tiny_model().max_seq_len, 5, nullptr, ComputeSetup{});
+  TaskEvaluator ev(tasks(), tok(), tiny_model().max_seq_len, 5, nullptr, EvalDevice{});
   ev.evaluate(model);
   torch::NoGradGuard no_grad;
   int64_t checked = 0, truncated = 0;
@@ -106,14 +106,14 @@ TEST(TaskEvaluator, EachRequestScoresAsAForwardOfItAlone) {
 TEST(TaskEvaluator, TwoGlooRanksGiveExactlyOneRanksScores) {
   torch::set_num_threads(1);
   Transformer one = seeded_model(), r0 = seeded_model(), r1 = seeded_model();
-  TaskEvaluator single(tasks(), tok(), tiny_model().max_seq_len, 4, nullptr, ComputeSetup{});
+  TaskEvaluator single(tasks(), tok(), tiny_model().max_seq_len, 4, nullptr, EvalDevice{});
   single.evaluate(one);
   const int port = find_free_port();
   std::string out0, out1;
   auto rank = [&](int r, Transformer& model, std::string* out) {
     torch::set_num_threads(1);  // per thread (OpenMP)
     Dist dist(thread_rank_env(r, 2, port), DistBackend::gloo, 30);
-    TaskEvaluator ev(tasks(), tok(), tiny_model().max_seq_len, 4, &dist, ComputeSetup{});
+    TaskEvaluator ev(tasks(), tok(), tiny_model().max_seq_len, 4, &dist, EvalDevice{});
     ev.evaluate(model);
     *out = ev.examples_jsonl(0) + ev.examples_jsonl(1) + ev.last().dump();
   };
@@ -130,8 +130,8 @@ TEST(TaskEvaluator, TwoGlooRanksGiveExactlyOneRanksScores) {
 TEST(TaskEvaluator, Bf16AutocastScoresCloseToFp32) {
   torch::set_num_threads(1);
   Transformer model = seeded_model();
-  TaskEvaluator fp32(tasks(), tok(), tiny_model().max_seq_len, 8, nullptr, ComputeSetup{});
-  ComputeSetup bf16;
+  TaskEvaluator fp32(tasks(), tok(), tiny_model().max_seq_len, 8, nullptr, EvalDevice{});
+  EvalDevice bf16;
   bf16.bf16_autocast = true;
   TaskEvaluator low(tasks(), tok(), tiny_model().max_seq_len, 8, nullptr, bf16);
   fp32.evaluate(model);

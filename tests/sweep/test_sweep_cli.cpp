@@ -158,6 +158,11 @@ TEST_F(SweepCli, TinyGridRunsAndTheReportBuilds) {
   EXPECT_EQ(run_keel("report " + out("e2e") + " --out " + g_dir + "/report2 --python /nonexistent/python", &log), 4)
       << log;
   EXPECT_NE(read_file(g_dir + "/report2/report.md").find("Plots not drawn"), std::string::npos);
+  // A hand-written reading in the output directory (README.md, as in
+  // docs/results/; notes.md in older folders) heads the regenerated report.
+  write_file(g_dir + "/report2/README.md", "# What we found\n\nA reading.\n");
+  ASSERT_EQ(run_keel("report " + out("e2e") + " --out " + g_dir + "/report2 --no-plots", &log), 0) << log;
+  EXPECT_EQ(read_file(g_dir + "/report2/report.md").rfind("# What we found\n\nA reading.\n", 0), 0u);
 }
 
 // The edge search (issue 34, part 3): a grid run first in the same directory

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "sweep/lr_sensitivity.h"
+#include "analysis/lr_sensitivity.h"
 
 using keel::LrResult;
 

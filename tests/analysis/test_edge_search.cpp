@@ -9,9 +9,9 @@
 #include <cmath>
 #include <random>
 
-#include "sweep/edge_criteria.h"
-#include "sweep/edge_report.h"
-#include "sweep/edge_search.h"
+#include "analysis/edge_criteria.h"
+#include "analysis/edge_report.h"
+#include "analysis/edge_search.h"
 
 using namespace keel;
 

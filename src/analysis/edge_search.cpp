@@ -1,4 +1,4 @@
-#include "sweep/edge_search.h"
+#include "analysis/edge_search.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,8 +1,9 @@
 // `keel report SWEEP_DIR`: summary.csv (one row per point), lr_sensitivity.csv
 // (one row per variant), report.md, and plots drawn by
-// scripts/plot_sweep.py (matplotlib) into plots/ as PNG and SVG. A notes.md
-// in the output directory (a hand-written reading of the results) is placed
-// at the top of report.md, so regenerating the report keeps it.
+// scripts/plot_sweep.py (matplotlib) into plots/ as PNG and SVG. A README.md
+// (or, as older result folders name it, notes.md) in the output directory, a
+// hand-written reading of the results, is placed at the top of report.md, so
+// regenerating the report keeps it.
 #pragma once
 
 #include <cmath>
@@ -14,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sweep/lr_sensitivity.h"
-#include "sweep/study_stats.h"
+#include "analysis/lr_sensitivity.h"
+#include "analysis/study_stats.h"
 
 namespace keel {
 

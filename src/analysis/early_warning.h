@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "sweep/study_stats.h"
+#include "analysis/study_stats.h"
 
 namespace keel {
 

@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sweep/edge_search.h"
-#include "sweep/study_stats.h"
-#include "sweep/sweep_report.h"
+#include "analysis/edge_search.h"
+#include "analysis/study_stats.h"
+#include "analysis/sweep_report.h"
 
 namespace keel {
 

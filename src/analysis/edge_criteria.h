@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "sweep/edge_report.h"
-#include "sweep/sweep_report.h"
+#include "analysis/edge_report.h"
+#include "analysis/sweep_report.h"
 
 namespace keel {
 

@@ -2,7 +2,7 @@
 // is -1 when the best LR halves at every doubling, 0 when it stays, with a
 // bootstrap interval over seeds that covers the truth when seeds agree and
 // widens when they do not; a best LR on the grid's edge is flagged.
-#include "sweep/lr_transfer.h"
+#include "analysis/lr_transfer.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 
 #include <stdexcept>
 
-#include "sweep/early_warning.h"
+#include "analysis/early_warning.h"
 
 using namespace keel;
 

@@ -1,4 +1,4 @@
-#include "sweep/run_compare.h"
+#include "analysis/run_compare.h"
 
 #include <cmath>
 #include <cstdio>

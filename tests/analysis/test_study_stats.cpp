@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "sweep/study_stats.h"
+#include "analysis/study_stats.h"
 
 namespace {
 

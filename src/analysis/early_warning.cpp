@@ -1,4 +1,4 @@
-#include "sweep/early_warning.h"
+#include "analysis/early_warning.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "sweep/lr_sensitivity.h"
+#include "analysis/lr_sensitivity.h"
 
 #include <algorithm>
 #include <cmath>

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "sweep/lr_sensitivity.h"
-#include "sweep/study_stats.h"
+#include "analysis/lr_sensitivity.h"
+#include "analysis/study_stats.h"
 
 namespace keel {
 

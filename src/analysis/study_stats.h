@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "sweep/lr_sensitivity.h"
+#include "analysis/lr_sensitivity.h"
 
 namespace keel {
 

@@ -1,4 +1,4 @@
-#include "sweep/warning_report.h"
+#include "analysis/warning_report.h"
 
 #include <algorithm>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "sweep/edge_criteria.h"
+#include "analysis/edge_criteria.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "sweep/lr_transfer.h"
+#include "analysis/lr_transfer.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,11 +1,11 @@
-#include "sweep/edge_report.h"
+#include "analysis/edge_report.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <random>
 
-#include "sweep/edge_criteria.h"
+#include "analysis/edge_criteria.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/text.h"

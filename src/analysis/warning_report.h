@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "sweep/early_warning.h"
-#include "sweep/sweep_report.h"
+#include "analysis/early_warning.h"
+#include "analysis/sweep_report.h"
 
 namespace keel {
 

@@ -1,4 +1,4 @@
-#include "sweep/study_stats.h"
+#include "analysis/study_stats.h"
 
 #include <algorithm>
 #include <cmath>

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "sweep/sweep_report.h"
+#include "analysis/sweep_report.h"
 
 namespace keel {
 

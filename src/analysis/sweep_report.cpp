@@ -1,4 +1,4 @@
-#include "sweep/sweep_report.h"
+#include "analysis/sweep_report.h"
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -11,11 +11,11 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "sweep/edge_criteria.h"
-#include "sweep/edge_report.h"
-#include "sweep/lr_transfer.h"
-#include "sweep/sweep_manifest.h"
-#include "sweep/warning_report.h"
+#include "analysis/edge_criteria.h"
+#include "analysis/edge_report.h"
+#include "analysis/lr_transfer.h"
+#include "analysis/run_files.h"
+#include "analysis/warning_report.h"
 #include "train/run_dir.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -798,9 +798,12 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
                                                "best_lr_vs_size", "layer_update_ratio", "adam_eps_share"},
                                               &plots, &note)
                                  : 0;
-  // A hand-written reading of the results (OUT_DIR/notes.md) survives regenerating the report.
+  // A hand-written reading of the results (OUT_DIR/README.md, or notes.md as
+  // older result folders named it) survives regenerating the report.
 
-  const std::string notes = path_exists(out + "/notes.md") ? read_small_file(out + "/notes.md") : "";
+  const std::string notes = path_exists(out + "/README.md")  ? read_small_file(out + "/README.md")
+                            : path_exists(out + "/notes.md") ? read_small_file(out + "/notes.md")
+                                                             : "";
   std::string warning_csv;
   const std::string warnings = warning_markdown(sweep_dir, rows, &warning_csv);
   if (!warnings.empty()) write_file_atomic(out + "/early_warning.csv", warning_csv);
