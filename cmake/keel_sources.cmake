@@ -61,7 +61,7 @@ set(KEEL_CLI_TENSOR_SOURCES src/cli/cmd_sample.cpp src/cli/cmd_eval.cpp src/cli/
 # state): instrumented in the sanitizer build even where it reuses the rest
 # of keel_core uninstrumented (KEEL_REUSE_CORE).
 set(KEEL_TENSOR_READERS src/checkpoint/safetensors.cpp src/train/train_state.cpp src/data/loader.cpp)
-# The keel_base sources that none of scripts/sanitize.sh's programs links
+# The keel_base sources that none of scripts/build/sanitize.sh's programs links
 # (the sweep runner and reports, replay, the launcher): a sanitizer build
 # (KEEL_REUSE_CORE) does not compile them again but takes them from the
 # normal build's archive, uninstrumented, about 100 s of CPU less. Should a

@@ -42,11 +42,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # The first command needs requirements.txt; scripts/test.sh asks for
 # requirements-test.txt (KEEL_REQUIREMENTS), which adds the test packages.
-req=${KEEL_REQUIREMENTS:-scripts/requirements.txt}
+req=${KEEL_REQUIREMENTS:-scripts/build/requirements.txt}
 # A test install also adds requirements-test-nodeps.txt without dependencies.
 nodeps=""
-[ "$req" = scripts/requirements-test.txt ] && nodeps=scripts/requirements-test-nodeps.txt
-req_hash=$(cat "$req" scripts/requirements.txt $nodeps | sha256sum | cut -c1-16)
+[ "$req" = scripts/build/requirements-test.txt ] && nodeps=scripts/build/requirements-test-nodeps.txt
+req_hash=$(cat "$req" scripts/build/requirements.txt $nodeps | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.keel-requirements 2>/dev/null)" != "$req_hash" ]; then
   if .venv/bin/python -c "import torch" 2>/dev/null; then
     say "installing Python packages from $req (PyTorch is already there: a minute or less)"

@@ -140,7 +140,7 @@ int compare_runs(const std::vector<std::string>& run_dirs, const CompareOptions&
   write_file_atomic(out + "/runs.json", runs.dump(2) + "\n");
   std::vector<std::string> plots;
   std::string note;
-  const int code = options.plots ? draw_plots("scripts/plot_runs.py", {out}, out, options.python,
+  const int code = options.plots ? draw_plots("scripts/plots/plot_runs.py", {out}, out, options.python,
                                               {"loss", "val_loss", "attn_logit", "grad_norm", "output_logits",
                                                "update_ratio", "adam_eps_share", "tasks"},
                                               &plots,

@@ -3,7 +3,7 @@
 // loss and perplexity, divergence, spikes, layer-0 attention logit, tokens/s,
 // and where runs have them each eval.tasks accuracy and eval.sets loss),
 // the config keys in which the runs differ (they label the runs), and the
-// curves drawn by scripts/plot_runs.py. Works on finished runs, on runs still
+// curves drawn by scripts/plots/plot_runs.py. Works on finished runs, on runs still
 // training (what metrics.jsonl holds so far) and on sweep points.
 #pragma once
 

@@ -170,7 +170,7 @@ int draw_plots(const std::string& script_name, const std::vector<std::string>& a
     const int rc = run_python(python, argv);
     if (rc != 0) {
       *note = "Plots not drawn: " + python + " " + script + " exited with code " + std::to_string(rc) +
-              " (its message is above; `pip install -r scripts/requirements.txt` installs matplotlib).";
+              " (its message is above; `pip install -r scripts/build/requirements.txt` installs matplotlib).";
       code = exit_code::environment;
     }
     for (const auto& p : names)
@@ -792,7 +792,7 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
 
   std::string note;
   std::vector<std::string> plots;
-  const int code = options.plots ? draw_plots("scripts/plot_sweep.py", {sweep_dir, out}, out, options.python,
+  const int code = options.plots ? draw_plots("scripts/plots/plot_sweep.py", {sweep_dir, out}, out, options.python,
                                               {"loss_vs_lr", "loss_curves", "attn_logit", "grad_norm", "output_logit",
                                                "loss_vs_lr_by_size", "lr_sensitivity_vs_params", "attn_logit_vs_params",
                                                "best_lr_vs_size", "layer_update_ratio", "adam_eps_share"},

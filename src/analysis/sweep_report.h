@@ -1,6 +1,6 @@
 // `keel report SWEEP_DIR`: summary.csv (one row per point), lr_sensitivity.csv
 // (one row per variant), report.md, and plots drawn by
-// scripts/plot_sweep.py (matplotlib) into plots/ as PNG and SVG. A README.md
+// scripts/plots/plot_sweep.py (matplotlib) into plots/ as PNG and SVG. A README.md
 // (or, as older result folders name it, notes.md) in the output directory, a
 // hand-written reading of the results, is placed at the top of report.md, so
 // regenerating the report keeps it.

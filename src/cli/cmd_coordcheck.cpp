@@ -107,7 +107,7 @@ int run_coordcheck(const CoordArgs& a) {
   if (!a.plots) return 0;
   std::vector<std::string> drawn;
   std::string note;
-  const int rc = draw_plots("scripts/plot_coordcheck.py", {out + "/coordcheck.json", out + "/plots"}, out, "",
+  const int rc = draw_plots("scripts/plots/plot_coordcheck.py", {out + "/coordcheck.json", out + "/plots"}, out, "",
                             {"coordcheck"}, &drawn, &note);
   if (!drawn.empty()) std::cout << "wrote " << out << "/plots/coordcheck.png\n";
   return rc;

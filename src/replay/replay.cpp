@@ -353,7 +353,7 @@ int run_replay(const ReplayOptions& o) {
   std::vector<std::string> plots;
   int plot_code = 0;
   if (o.plots)
-    plot_code = draw_plots("scripts/plot_replay.py", {out + "/replay.json", out}, out, o.python, {"replay"}, &plots, &note);
+    plot_code = draw_plots("scripts/plots/plot_replay.py", {out + "/replay.json", out}, out, o.python, {"replay"}, &plots, &note);
   const auto original_losses = losses_between(run_dir, o.step, o.step);
   std::string md = "# Replay of the spike at step " + std::to_string(o.step) + "\n\n";
   md += "Run `" + run_dir + "`, forked from its checkpoint at step " + std::to_string(from) + " (`" + from_dir +

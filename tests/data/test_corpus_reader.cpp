@@ -292,7 +292,7 @@ TEST(Sources, ProblemsNameThePath) {
 }
 
 #ifndef KEEL_WITH_PARQUET
-// A keel built without Arrow (scripts/sanitize.sh's build-asan is one) still
+// A keel built without Arrow (scripts/build/sanitize.sh's build-asan is one) still
 // finds .parquet files and refuses them saying why, instead of reading them
 // as text.
 TEST(CorpusReader, ParquetOffSaysSo) {

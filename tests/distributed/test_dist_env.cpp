@@ -166,7 +166,7 @@ TEST(AttentionOrder, KeelsOrderIsPutBackAfterSomethingChangesIt) {
 }
 
 TEST(SharedGpu, TheRefusalHasAKindScriptsCanMatch) {
-  // scripts/gpu_check.sh tells NCCL's expected refusal of two ranks on one
+  // scripts/gpu/gpu_check.sh tells NCCL's expected refusal of two ranks on one
   // GPU from a failure by "keel: shared GPU:", the kind main() prints.
   const SharedGpuError e("ranks 0 and 1 would share the GPU n/0");
   EXPECT_EQ(e.kind(), "shared GPU");

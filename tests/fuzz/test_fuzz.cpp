@@ -9,7 +9,7 @@
 //
 // KEEL_FUZZ_FRACTION (0 < f <= 1, default 1) runs the first f of each count:
 // CTest runs a tenth (tests/CMakeLists.txt), because the test command runs
-// every mutant again under ASan and UBSan (scripts/sanitize.sh), which finds
+// every mutant again under ASan and UBSan (scripts/build/sanitize.sh), which finds
 // everything the uninstrumented run would and more.
 #include <gtest/gtest.h>
 #include <torch/torch.h>

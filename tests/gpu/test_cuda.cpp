@@ -1,5 +1,5 @@
 // GPU checks (CTest label "gpu"); each test skips cleanly without CUDA.
-// Run on a GPU machine by scripts/gpu_check.sh.
+// Run on a GPU machine by scripts/gpu/gpu_check.sh.
 #include <gtest/gtest.h>
 
 #include <c10/cuda/CUDAFunctions.h>

@@ -1,4 +1,4 @@
-"""scripts/bench_prepare.py, the prepare-throughput benchmark behind the
+"""scripts/bench/bench_prepare.py, the prepare-throughput benchmark behind the
 README's table (issue 18), on one copy of the corpus and one thread: it runs,
 covers every format and tokenizer, and its counts agree with each other: the
 three formats give keel the same tokens, and for each byte-level BPE
@@ -11,7 +11,7 @@ from keel_testlib import REPO, keel_binary
 
 
 def test_bench_prepare_runs_and_its_counts_agree(tmp_path):
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_prepare.py"), "--repeat", "1",
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "bench" / "bench_prepare.py"), "--repeat", "1",
                              "--threads", "1", "--out", str(tmp_path)], capture_output=True, text=True,
                             timeout=900, env={"KEEL_BINARY": str(keel_binary()), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,4 +1,4 @@
-"""bench/reference_model.py (the PyTorch side of scripts/bench_compare.sh) is
+"""bench/reference_model.py (the PyTorch side of scripts/bench/bench_compare.sh) is
 keel's model: same parameter names, shapes and count, and on keel's
 (perturbed) weights the same logits, for the benchmark configs and for the
 other layouts the reference supports (GELU + LayerNorm + tied head as in

@@ -1,4 +1,4 @@
-"""scripts/gpu_check.sh's CPU rehearsal (GPU_CHECK_DRY=1), so the script
+"""scripts/gpu/gpu_check.sh's CPU rehearsal (GPU_CHECK_DRY=1), so the script
 cannot rot between the rare GPU sessions: both parts run every line that does
 not need CUDA here, at tiny sizes, against this build, and leave exactly
 summary.md, results.json and logs.tar.gz with every section passed. The plan
@@ -18,7 +18,7 @@ import pytest
 
 from keel_testlib import REPO, build_dir, cpp_test_program, keel_binary
 
-SCRIPT = REPO / "scripts" / "gpu_check.sh"
+SCRIPT = REPO / "scripts" / "gpu" / "gpu_check.sh"
 BUDGET = 300  # the script's default per part
 # A session has 15 device minutes; parts 1 and 2 and a machine's start (about
 # 30 s seen on the H200, 120 allowed) must fit 12, leaving a rerun of one part.
@@ -83,7 +83,7 @@ def test_no_global_ld_library_path_in_the_script():
     # Exported, it reaches Python and the box's torch; the wrappers set it for keel alone.
     text = SCRIPT.read_text()
     assert not re.search(r"^\s*(export\s+LD_LIBRARY_PATH|LD_LIBRARY_PATH=\S*\s*$)", text, re.M)
-    assert not re.search(r"^\s*export\s+LD_LIBRARY_PATH", (REPO / "scripts" / "gpu_pack.sh").read_text(), re.M)
+    assert not re.search(r"^\s*export\s+LD_LIBRARY_PATH", (REPO / "scripts" / "gpu" / "gpu_pack.sh").read_text(), re.M)
 
 
 def check_common(result, out, scratch, part, sections):

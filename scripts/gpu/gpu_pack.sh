@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds, on this (development) machine, what scripts/gpu_check.sh runs on
+# Builds, on this (development) machine, what scripts/gpu/gpu_check.sh runs on
 # the lent GPU machine, and packs it into the git-ignored folder gpu-carry/,
 # which the `run` call carries (carry: ["gpu-carry"]); docs/gpu.md.
 #
-#   bash scripts/gpu_pack.sh
+#   bash scripts/gpu/gpu_pack.sh
 #
 # gpu-carry/
 #   bin/keel, bin/test_cuda  build/box/{keel,test_cuda}: keel without Parquet (the box has no
@@ -13,7 +13,7 @@
 #                            has those), glibc and libstdc++/libgcc (the box's own): yaml-cpp,
 #                            sentencepiece, spdlog, fmt, zstd, zlib, PCRE2, utf8proc and what
 #                            these need, each under its soname
-#   prefix/                  scripts/pack_offline_deps.sh's headers and libraries: what the
+#   prefix/                  scripts/build/pack_offline_deps.sh's headers and libraries: what the
 #                            check needs to rebuild keel on the box if these binaries cannot run there
 #   MANIFEST.txt             commit, date, glibc, the libraries and where they came from
 # The check runs keel with LD_LIBRARY_PATH = lib/ + the box torch's lib
@@ -25,7 +25,7 @@
 # Environment: KEEL_BUILD_DIR (default build), GPU_PACK_NO_BUILD=1 (pack the
 # binaries already in $KEEL_BUILD_DIR/box, build nothing).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 build=${KEEL_BUILD_DIR:-build}
 box=$build/box
 out=gpu-carry
@@ -49,7 +49,7 @@ if ldd "$box/keel" | grep -Eq 'lib(arrow|parquet)\.so'; then
 fi
 
 # 2. The packed headers and libraries (the fallback build's CMake prefix).
-bash scripts/pack_offline_deps.sh offline-deps
+bash scripts/build/pack_offline_deps.sh offline-deps
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"

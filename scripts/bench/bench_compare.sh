@@ -3,13 +3,13 @@
 # reference (bench/bench_pytorch.py, eager and torch.compile) alternately,
 # RUNS rounds, all on uniform random tokens with the same config file, then
 # prints the median tokens/s of each and the ratios keel/eager, keel/compile.
-#   scripts/bench_compare.sh CONFIG [RUNS] [--set k=v ...]
+#   scripts/bench/bench_compare.sh CONFIG [RUNS] [--set k=v ...]
 # Environment: KEEL (binary, default build/keel), PYTHON (default
 # .venv/bin/python), STEPS (timed steps, default 10), WARMUP (default 3),
 # MODES (default "eager compile"), OUT (records, default runs/bench/compare-<config>).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-config=${1:?usage: scripts/bench_compare.sh CONFIG [RUNS] [--set k=v ...]}
+cd "$(dirname "$0")/../.."
+config=${1:?usage: scripts/bench/bench_compare.sh CONFIG [RUNS] [--set k=v ...]}
 shift
 runs=3
 if [[ $# -gt 0 && $1 != --* ]]; then runs=$1; shift; fi

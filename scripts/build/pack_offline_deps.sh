@@ -5,7 +5,7 @@
 # packages into one folder, usable as a CMake prefix on a machine without
 # internet (an air-gapped cluster, the GPU box):
 #
-#   scripts/pack_offline_deps.sh [OUT]          # default OUT: offline-deps (git-ignored)
+#   scripts/build/pack_offline_deps.sh [OUT]          # default OUT: offline-deps (git-ignored)
 #   cmake -S . -B build -DCMAKE_PREFIX_PATH=$PWD/offline-deps -DKEEL_TORCH_PYTHON=/opt/torch/.venv/bin/python
 #   LD_LIBRARY_PATH=$PWD/offline-deps/lib/x86_64-linux-gnu build/keel ...   # per command, not exported:
 #                                                 # exported, it also reaches Python and its torch
@@ -17,7 +17,7 @@
 # which resolves here but dangles on any other machine) gets its target
 # packed from this machine; the script fails naming any link it cannot fix.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${1:-offline-deps}
 pkgs=(libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
       libsentencepiece-dev libsentencepiece0 libcli11-dev nlohmann-json3-dev

@@ -2,7 +2,7 @@
 """How fast `keel prepare` encodes, against the `tokenizers` package's batch
 encoder on the same text, tokenizer and cores (issue 18).
 
-    .venv/bin/python scripts/bench_prepare.py [--repeat 4] [--out DIR]
+    .venv/bin/python scripts/bench/bench_prepare.py [--repeat 4] [--out DIR]
 
 The text is the embedded corpus repeated --repeat times (4: 16.7 MB, 4,756
 documents), written as plain text, JSON Lines and Parquet. Tokenizers: a
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "python"))
 
 ENCODE_CHILD = r"""

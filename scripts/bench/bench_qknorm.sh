@@ -4,13 +4,13 @@
 # the median ms/step of each, the overhead against none, and the cost of the
 # default monitoring (the statistics forward every monitor.every steps,
 # amortised; `keel bench` times it separately).
-#   scripts/bench_qknorm.sh CONFIG [RUNS] [keel bench options ...]
+#   scripts/bench/bench_qknorm.sh CONFIG [RUNS] [keel bench options ...]
 # Environment: KEEL (default build/keel), PYTHON (for the table, default
 # python3), STEPS (default 20), WARMUP (3),
 # OUT (default runs/bench/qknorm-<config>).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-config=${1:?usage: scripts/bench_qknorm.sh CONFIG [RUNS] [keel bench options ...]}
+cd "$(dirname "$0")/../.."
+config=${1:?usage: scripts/bench/bench_qknorm.sh CONFIG [RUNS] [keel bench options ...]}
 shift
 runs=3
 if [[ $# -gt 0 && $1 != --* ]]; then runs=$1; shift; fi

@@ -4,15 +4,15 @@
 # at each sequence length with softcap off (SDPA), model.attn_softcap: 50 and
 # train.qk_clip_tau: 100 (both blockwise), one process each, so each record's
 # peak RSS is its own. Prints peak memory and tokens/s against SDPA's.
-#   scripts/bench_attention.sh CONFIG "T1 T2 ..." [keel bench options ...]
+#   scripts/bench/bench_attention.sh CONFIG "T1 T2 ..." [keel bench options ...]
 # Environment: KEEL (default build/keel), PYTHON (python3), STEPS (8),
 # WARMUP (2), OUT (default runs/bench/attention-<config>), VARIANTS (default
 # "sdpa softcap qkclip"; with OLD_KEEL set, "explicit" runs softcap on that
 # binary, e.g. a build from before the blockwise path).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-config=${1:?usage: scripts/bench_attention.sh CONFIG "T1 T2 ..." [keel bench options ...]}
-lengths=${2:?usage: scripts/bench_attention.sh CONFIG "T1 T2 ..." [keel bench options ...]}
+cd "$(dirname "$0")/../.."
+config=${1:?usage: scripts/bench/bench_attention.sh CONFIG "T1 T2 ..." [keel bench options ...]}
+lengths=${2:?usage: scripts/bench/bench_attention.sh CONFIG "T1 T2 ..." [keel bench options ...]}
 shift 2
 keel=${KEEL:-build/keel}
 steps=${STEPS:-8}

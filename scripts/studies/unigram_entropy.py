@@ -4,7 +4,7 @@ split, measured with the training split's unigram distribution (add-one
 smoothing): the cross-entropy a model that ignores context would reach.
 A trained model's val loss should fall well below it.
 
-    .venv/bin/python scripts/unigram_entropy.py runs/data/default
+    .venv/bin/python scripts/studies/unigram_entropy.py runs/data/default
 """
 import json
 import sys

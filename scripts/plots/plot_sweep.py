@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots of a keel sweep, called by `keel report SWEEP_DIR` (PNG and SVG).
 
-    python scripts/plot_sweep.py SWEEP_DIR OUT_DIR
+    python scripts/plots/plot_sweep.py SWEEP_DIR OUT_DIR
 
 Reads OUT_DIR/summary.csv and OUT_DIR/lr_sensitivity.csv (written by
 `keel report` just before), SWEEP_DIR/sweep.json and each point's
@@ -48,7 +48,7 @@ try:
     from matplotlib.colors import LogNorm
 except ImportError as e:  # keel report turns this into a note in report.md
     sys.exit(f"plot_sweep.py: matplotlib is not installed ({e}); "
-             "install it with: .venv/bin/pip install -r scripts/requirements.txt")
+             "install it with: .venv/bin/pip install -r scripts/build/requirements.txt")
 
 # Byte-stable SVGs, so a regenerated report diffs only where the data changed.
 plt.rcParams["svg.hashsalt"] = "keel"

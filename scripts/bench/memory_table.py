@@ -5,7 +5,7 @@ For GPT-3's model shapes (Brown et al. 2020, table 2.1) on keel's GPT-2-style
 config (bf16 autocast, AdamW, 32k vocabulary, tied head), at T = 1024 and
 4096: the largest micro-batch per rank that fits 24, 48 and 80 GiB, replicated
 and with ZeRO-1 on 8 ranks, without and with full activation checkpointing.
-Run from the repository root after building: python3 scripts/memory_table.py
+Run from the repository root after building: python3 scripts/bench/memory_table.py
 """
 import json
 import subprocess

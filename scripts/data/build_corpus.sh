@@ -2,8 +2,8 @@
 # Rebuilds data/corpus.txt.gz, keel's embedded default corpus, from Debian's
 # bible-kjv packages (the King James Version, 1611; public domain).
 #
-#   scripts/build_corpus.sh            download, extract, write data/corpus.txt.gz
-#   scripts/build_corpus.sh --check    rebuild into a temp dir and compare with the committed file
+#   scripts/data/build_corpus.sh            download, extract, write data/corpus.txt.gz
+#   scripts/data/build_corpus.sh --check    rebuild into a temp dir and compare with the committed file
 #
 # Needs apt-get (to download the two .deb files; nothing is installed),
 # dpkg-deb, awk and gzip. The output is byte-identical across runs: the
@@ -17,7 +17,7 @@
 # removed; documents are separated by a line "<|endoftext|>", the default
 # data.doc_separator (the convention of TinyStories and GPT-2 text dumps).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 version=4.38
 declare -A sha256=(

@@ -9,7 +9,7 @@ four monitoring steps (monitor.every: 50 on the batch's first
 monitor.sequences sequences), as mean ± sd over seeds and as the paired
 difference masked − packed (same seed: same initialisation and data order).
 
-  .venv/bin/python scripts/study_document_mask.py runs/sweeps/document-mask-cpu docs/results/document-mask-cpu
+  .venv/bin/python scripts/studies/study_document_mask.py runs/sweeps/document-mask-cpu docs/results/document-mask-cpu
 """
 import json
 import re
@@ -69,7 +69,7 @@ def main(sweep: Path, out: Path) -> None:
     for (size, lr, variant, seed), r in runs.items():
         points[(size, lr, variant)][seed] = r
     lines = ["# Document masking: attention statistics", "",
-             f"Made by `scripts/study_document_mask.py {sweep} {out}` from the runs of "
+             f"Made by `scripts/studies/study_document_mask.py {sweep} {out}` from the runs of "
              "`configs/sweeps/document-mask-cpu.yaml`. Attention statistics: the mean of the last "
              f"{LAST_MONITORS} monitoring steps (every 50 steps, the batch's first 2 sequences), entropy and "
              "first-token mass averaged over the 4 layers. Mean ± sd over seeds.", "",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots of `keel compare RUN_DIR... --out OUT_DIR` (PNG and SVG).
 
-    python scripts/plot_runs.py OUT_DIR
+    python scripts/plots/plot_runs.py OUT_DIR
 
 Reads OUT_DIR/runs.json (written by keel compare just before: each run's
 directory and its label, the config keys it differs in) and each run's

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The plot of `keel replay RUN_DIR --step N` (PNG and SVG).
 
-    python scripts/plot_replay.py OUT_DIR/replay.json OUT_DIR
+    python scripts/plots/plot_replay.py OUT_DIR/replay.json OUT_DIR
 
 Reads replay.json (written by keel replay just before: the training loss of
 the run and of every branch from the checkpoint to N + K, and the spikes each

@@ -13,7 +13,7 @@
 # Without a normal build it instruments everything (slower). It builds only
 # what it runs. Exits non-zero on any failure.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 dir=${KEEL_SANITIZE_DIR:-build-asan}
 tests=(test_fuzz test_corpus_reader test_bpe_tokenizer test_safetensors test_checkpoint_store test_config test_sweep_spec)
 say() { echo "[sanitize] $*"; }
