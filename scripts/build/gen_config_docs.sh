@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates configs/README.md from the schema (`keel config --describe --markdown`),
+# Regenerates docs/configuration.md, the configuration reference, from the schema (`keel config --describe --markdown`),
 # so the documentation cannot drift from the code (a test checks every key is in it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,6 +22,8 @@ config is written to `runs/<name>/config.yaml`.
 
 ## Shipped configs
 
+In `configs/`:
+
 | file | what it is |
 |---|---|
 | `default.yaml` | tiny pre-norm GQA model on the embedded corpus; trains on 2 CPU cores in minutes |
@@ -33,30 +35,33 @@ config is written to `runs/<name>/config.yaml`.
 | `l2-qknorm.yaml` | L2 QK-Norm with a learned temperature initialised to log2(L^2-L) (Henry et al. 2020) |
 | `qk-clip.yaml` | QK-clip at τ = 100 (Kimi K2's clip, here with AdamW) |
 | `muonclip.yaml` | MuonClip (Kimi K2): Muon on the matrices, per-head q/k/v, QK-clip τ = 100, no QK-Norm |
-| `qkv-norm.yaml`, `qk-fc-norm.yaml`, `sigma-reparam.yaml`, `logit-clamp.yaml`, `qk-norm-group.yaml` | the other attention-logit stabilisers (docs/reference.md#other-stabilisers) |
+| `qkv-norm.yaml`, `qk-fc-norm.yaml`, `sigma-reparam.yaml`, `logit-clamp.yaml`, `qk-norm-group.yaml` | the other attention-logit stabilisers (docs/papers.md#other-stabilisers) |
 | `soft-temperature.yaml`, `soft-clip.yaml`, `layer-scale.yaml`, `qk-norm-softcap.yaml` | Rybakov et al. 2024's comparison variants: softmax(0.5 s), the clipped softmax, LayerScale 0.1, QK-Norm + softcap 50 |
 | `gpt2-124m.yaml` | GPT-2-124M-class model for GPUs, bf16, T = 1024 |
 | `bench-cpu-tiny.yaml` | CPU benchmark (`keel bench`, `scripts/bench/bench_compare.sh`): the default model and batch |
 | `bench-cpu.yaml` | CPU benchmark: d_model 512, 8 layers, 8 query / 2 KV heads, T 512, SwiGLU, RMS QK-Norm per head, 4 sequences |
 
 Sweep files for `keel sweep` (a base config, a grid of values, one run per
-point; see docs/sweeps.md) are in `sweeps/`:
+point; see [sweeps](sweeps.md)) are in `configs/sweeps/`:
 
 | file | what it is |
 |---|---|
-| `sweeps/qknorm-lr-cpu.yaml` | QK-Norm none / RMS per head / RMS per projection / L2 × 5 peak LRs (3e-3 … 3e-1) on the default model, 200 steps each; 2 CPU cores, about 15 minutes on an idle machine |
-| `sweeps/stabilisers-lr-cpu.yaml` | none / QK-Norm / QKV-norm / softcap 50 / QK-Norm + softcap 50 / clamp 50 / QK-clip τ 100 / σReparam × the same 5 LRs and settings; 40 points, 14.3 minutes on 2 cores ([result](../docs/results/stabilisers-lr-cpu/report.md)) |
-| `sweeps/stabilisers-lr-cpu-wide.yaml` | the same with 3e-4 and 1e-3 added below the grid (56 points; reuses the 40 above when copied in) ([result](../docs/results/stabilisers-lr-cpu-wide/report.md)) |
-| `sweeps/qknorm-seeds-cpu.yaml` | QK-Norm none / RMS per head × LR 0.1, 0.3, 1 × 8 seeds (48 points, the qknorm-lr-cpu settings): divergence frequencies with Wilson intervals, bootstrap intervals over seeds; 18.9 min on 2 cores ([result](../docs/results/qknorm-seeds-cpu/report.md)) |
-| `sweeps/qknorm-lr-gpu.yaml` | the same grid on a 64M-parameter Wortsman-style model (LayerNorm, GeLU, untied head), bf16, one GPU |
-| `sweeps/scaling-lr-cpu.yaml` | the model-size axis (Wortsman et al. Fig. 1): widths 64 / 128 / 256 × none / qk-layernorm × 6 LRs (1e-3 … 0.3), 200 steps; 36 points on 2 cores ([result](../docs/results/scaling-lr-cpu/report.md)) |
-| `sweeps/scaling-lr-gpu.yaml` | the same study on one GPU: d256×4, d512×8, d768×12 layers (3M–85M non-embedding parameters), 1,000 steps, bf16; not yet run |
-| `sweeps/output-logit-cpu.yaml` | output-logit divergence (Wortsman et al. §3.2): no weight decay, with and without z-loss × 4 LRs, 500 steps ([result](../docs/results/output-logit-cpu/report.md)) |
-| `sweeps/optimizers-lr-cpu.yaml` | AdamW against Muon, each with no stabiliser, QK-Norm (RMS per head) and QK-clip τ = 100 (MuonClip) × 7 LRs (1e-3 … 1) × 2 seeds, 200 steps; 84 points on 2 cores ([result](../docs/results/optimizers-lr-cpu/report.md)) |
-| `sweeps/mup-transfer-cpu.yaml` | does the best LR transfer across width? standard vs µP (base d32) × widths 32 / 64 / 128 / 256 × 7 LRs (2e-3 … 0.128) × 3 seeds, 100 steps; 168 points, 15.2 min on 2 cores ([result](../docs/results/mup-transfer-cpu/report.md)) |
-| `sweeps/completep-transfer-cpu.yaml` | the same across depth: standard vs CompleteP (base 2 layers) × depths 2 / 4 / 8 / 16 at width 64; 168 points, 10.3 min on 2 cores ([result](../docs/results/completep-transfer-cpu/report.md)) |
-| `sweeps/document-mask-cpu.yaml` | packed windows against `data.document_mask` × windows of 128 / 512 tokens × LR 3e-3, 1e-2 × 2 seeds, 400 steps; 16 points, 22.2 min on 2 cores ([result](../docs/results/document-mask-cpu/README.md)) |
-| `sweeps/edge-cpu.yaml` | where the stability edge lies (`search:`, docs/sweeps.md#searching-for-the-stability-edge): AdamW / Muon × QK-Norm none / RMS per head × 3 seeds, the largest peak LR in 0.2 … 1.5 that trains 200 steps, to within 10%; 84 runs, 50.1 min on 2 cores ([result](../docs/results/edge-cpu/README.md)) |
+| `configs/sweeps/qknorm-lr-cpu.yaml` | QK-Norm none / RMS per head / RMS per projection / L2 × 5 peak LRs (3e-3 … 3e-1) on the default model, 200 steps each; 2 CPU cores, about 15 minutes on an idle machine |
+| `configs/sweeps/stabilisers-lr-cpu.yaml` | none / QK-Norm / QKV-norm / softcap 50 / QK-Norm + softcap 50 / clamp 50 / QK-clip τ 100 / σReparam × the same 5 LRs and settings; 40 points, 14.3 minutes on 2 cores ([result](results/stabilisers-lr-cpu/report.md)) |
+| `configs/sweeps/stabilisers-lr-cpu-wide.yaml` | the same with 3e-4 and 1e-3 added below the grid (56 points; reuses the 40 above when copied in) ([result](results/stabilisers-lr-cpu-wide/report.md)) |
+| `configs/sweeps/qknorm-seeds-cpu.yaml` | QK-Norm none / RMS per head × LR 0.1, 0.3, 1 × 8 seeds (48 points, the qknorm-lr-cpu settings): divergence frequencies with Wilson intervals, bootstrap intervals over seeds; 18.9 min on 2 cores ([result](results/qknorm-seeds-cpu/report.md)) |
+| `configs/sweeps/qknorm-lr-gpu.yaml` | the same grid on a 64M-parameter Wortsman-style model (LayerNorm, GeLU, untied head), bf16, one GPU |
+| `configs/sweeps/scaling-lr-cpu.yaml` | the model-size axis (Wortsman et al. Fig. 1): widths 64 / 128 / 256 × none / qk-layernorm × 6 LRs (1e-3 … 0.3), 200 steps; 36 points on 2 cores ([result](results/scaling-lr-cpu/report.md)) |
+| `configs/sweeps/scaling-lr-gpu.yaml` | the same study on one GPU: d256×4, d512×8, d768×12 layers (3M–85M non-embedding parameters), 1,000 steps, bf16; not yet run |
+| `configs/sweeps/output-logit-cpu.yaml` | output-logit divergence (Wortsman et al. §3.2): no weight decay, with and without z-loss × 4 LRs, 500 steps ([result](results/output-logit-cpu/report.md)) |
+| `configs/sweeps/optimizers-lr-cpu.yaml` | AdamW against Muon, each with no stabiliser, QK-Norm (RMS per head) and QK-clip τ = 100 (MuonClip) × 7 LRs (1e-3 … 1) × 2 seeds, 200 steps; 84 points on 2 cores ([result](results/optimizers-lr-cpu/report.md)) |
+| `configs/sweeps/mup-transfer-cpu.yaml` | does the best LR transfer across width? standard vs µP (base d32) × widths 32 / 64 / 128 / 256 × 7 LRs (2e-3 … 0.128) × 3 seeds, 100 steps; 168 points, 15.2 min on 2 cores ([result](results/mup-transfer-cpu/report.md)) |
+| `configs/sweeps/completep-transfer-cpu.yaml` | the same across depth: standard vs CompleteP (base 2 layers) × depths 2 / 4 / 8 / 16 at width 64; 168 points, 10.3 min on 2 cores ([result](results/completep-transfer-cpu/report.md)) |
+| `configs/sweeps/document-mask-cpu.yaml` | packed windows against `data.document_mask` × windows of 128 / 512 tokens × LR 3e-3, 1e-2 × 2 seeds, 400 steps; 16 points, 22.2 min on 2 cores ([result](results/document-mask-cpu/README.md)) |
+| `configs/sweeps/edge-cpu.yaml` | where the stability edge lies (`search:`, sweeps.md#searching-for-the-stability-edge): AdamW / Muon × QK-Norm none / RMS per head × 3 seeds, the largest peak LR in 0.2 … 1.5 that trains 200 steps, to within 10%; 84 runs, 50.1 min on 2 cores ([result](results/edge-cpu/README.md)) |
+| `configs/sweeps/qknorm-edge-cpu.yaml` | the headline: QK-Norm none / RMS per head × 7 LRs (1e-3 … 1) × 3 seeds on the papers' protocol at CPU scale (2,000 steps, warm-up 10%, T = 256), judged by loss divergence, attention-logit instability and degradation ([result](results/qknorm-edge-cpu/README.md)) |
+| `configs/sweeps/rybakov-cpu.yaml` | Rybakov et al. 2024's table at CPU scale: baseline, soft temperature, soft clip, σReparam, LayerScale, softcap 50, QK-Norm, QK_FC-Norm, QKV-Norm, QK-Norm + softcap × 5 LRs, one seed |
+| `configs/sweeps/wortsman-cpu.yaml` | Wortsman et al. 2023's protocol at CPU scale: qk-layernorm on / off, z-loss 1e-4, widths 128 / 256 × 5 LRs |
 
 ## Where the variants come from
 
@@ -96,5 +101,5 @@ This table is generated by `scripts/build/gen_config_docs.sh` from the schema.
 
 TXT
   "$keel" config --describe --markdown
-} > configs/README.md
-echo "wrote configs/README.md"
+} > docs/configuration.md
+echo "wrote docs/configuration.md"

@@ -1,6 +1,6 @@
 // LR sensitivity of Wortsman et al. 2023 ("Small-scale proxies for
 // large-scale Transformer training instabilities";
-// docs/reference.md#small-scale-proxies-and-lr-sensitivity):
+// docs/papers.md#small-scale-proxies-and-lr-sensitivity):
 //
 //   mean over the LR grid of [ min(l(eta), l0) - l* ]
 //

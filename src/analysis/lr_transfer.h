@@ -3,7 +3,7 @@
 // log2(best LR) against log2(size) — the drift per doubling of width or
 // depth, 0 when the LR transfers, −1 when it halves at every doubling — with
 // a percentile-bootstrap interval that resamples the seeds at each (size, LR)
-// (docs/reference.md#statistics-for-stability-studies).
+// (docs/papers.md#statistics-for-stability-studies).
 #pragma once
 
 #include <cstddef>

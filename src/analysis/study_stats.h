@@ -1,4 +1,4 @@
-// How sure a stability study is (docs/reference.md#statistics-for-stability-studies):
+// How sure a stability study is (docs/papers.md#statistics-for-stability-studies):
 // a 95% Wilson score interval for a divergence frequency k/N (Wilson 1927),
 // mean and standard deviation over seeds, and percentile-bootstrap intervals
 // (Efron 1979) for the LR sensitivity and the best LR of a variant, resampling

@@ -617,7 +617,7 @@ std::string transfer_markdown(const std::vector<VariantRow>& variants) {
   if (!any) return "";
   return "## Transfer\n\n"
          "How far the best learning rate moves as the model grows (µP and CompleteP aim for 0; "
-         "docs/reference.md#mup-and-completep): per condition, the least-squares slope of log2(best LR) against "
+         "docs/papers.md#mup-and-completep): per condition, the least-squares slope of log2(best LR) against "
          "log2(size), where size is d_model when it varies and n_layers otherwise. 0 means the LR transfers; "
          "−1 means it halves at every doubling. The interval is a 95% percentile bootstrap over seeds (2000 "
          "replicates, the seeds at each size and LR resampled with replacement). The best LR of a size is a grid "

@@ -33,7 +33,7 @@ bool writer_is_gone(long pid) {
   return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
 }
 
-// Un-marks first (docs/reference.md#checkpoint-and-resume): once the manifest is gone and that is
+// Un-marks first (docs/papers.md#checkpoint-and-resume): once the manifest is gone and that is
 // durable, a kill anywhere in the rest leaves a directory no reader trusts.
 void delete_checkpoint(const std::string& dir) {
   remove_file(dir + "/" + kManifestName);

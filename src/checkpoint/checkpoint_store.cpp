@@ -90,7 +90,7 @@ std::string CheckpointStore::save(int64_t step, const std::vector<CheckpointFile
       fault_point("save_crash_after", f.name);
     }
     // The manifest goes last: a directory that holds it holds every file it
-    // lists (docs/reference.md#checkpoint-and-resume, like llm.c's DONE file or DCP's .metadata).
+    // lists (docs/papers.md#checkpoint-and-resume, like llm.c's DONE file or DCP's .metadata).
     write_file_durably(tmp + "/" + kManifestName, manifest_to_json(manifest));
     fault_point("save_crash_after", kManifestName);
     fsync_dir(tmp);  // the names inside must be durable before the directory becomes visible

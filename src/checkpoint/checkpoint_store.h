@@ -1,4 +1,4 @@
-// Crash-safe checkpoint directories (docs/reference.md#checkpoint-and-resume).
+// Crash-safe checkpoint directories (docs/papers.md#checkpoint-and-resume).
 //
 //   <run_dir>/checkpoints/step_00001200/      one checkpoint
 //       model.safetensors, optimizer.safetensors, state.json, ...  (the caller's files)

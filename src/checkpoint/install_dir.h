@@ -1,5 +1,5 @@
 // Putting a finished checkpoint directory in place with rename(2), the one
-// step that makes it visible all at once (docs/reference.md#checkpoint-and-resume).
+// step that makes it visible all at once (docs/papers.md#checkpoint-and-resume).
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
 // The manifest of a checkpoint: manifest.json, the last file written into a
-// checkpoint directory and the first one deleted (docs/reference.md#checkpoint-and-resume). Its
+// checkpoint directory and the first one deleted (docs/papers.md#checkpoint-and-resume). Its
 // presence is what makes a directory a checkpoint; its contents let a reader
 // verify every other file without trusting it:
 //

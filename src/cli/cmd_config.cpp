@@ -48,7 +48,7 @@ Command add_config_command(CLI::App& app) {
   auto flags = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("config", "describe every config key");
   cmd->add_flag("--describe", flags->describe, "print every key with type, default and description");
-  cmd->add_flag("--markdown", flags->markdown, "as a Markdown table (configs/README.md is made from it)");
+  cmd->add_flag("--markdown", flags->markdown, "as a Markdown table (docs/configuration.md is made from it)");
   return [cmd, flags]() -> int {
     if (!*cmd) return -1;
     std::cout << describe_config(flags->markdown);

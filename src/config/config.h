@@ -128,7 +128,7 @@ struct ModelConfig {
   std::optional<double> final_softcap;     // null: off
   EmbedNorm embed_norm = EmbedNorm::none; // none | scale_sqrt_d | layernorm | rmsnorm
   std::optional<double> query_pre_attn_scalar;  // null: scale = 1/sqrt(head_dim)
-  // Other attention-logit stabilisers (see configs/README.md for sources).
+  // Other attention-logit stabilisers (see docs/configuration.md for sources).
   NormKind qkv_norm = NormKind::none;      // none | rms | layernorm: norm of the fused QKV output (Rybakov et al.)
   std::optional<double> attn_logit_clamp;  // scores clipped to [-c, c] before softmax; null = off
   bool sigma_reparam = false;              // sigmaReparam on attention and MLP linears (Zhai et al. 2023)

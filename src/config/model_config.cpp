@@ -1,6 +1,6 @@
 // model.* keys: the architecture. The published definitions behind qk_norm,
-// norm_placement, softcaps and embed_norm are in docs/reference.md#qk-norm-placements,
-// docs/reference.md#block-layouts and docs/reference.md#softcaps-and-embeddings.
+// norm_placement, softcaps and embed_norm are in docs/papers.md#qk-norm-placements,
+// docs/papers.md#block-layouts and docs/papers.md#softcaps-and-embeddings.
 #include <cmath>
 
 #include "config/config.h"
@@ -131,7 +131,7 @@ void declare_model_keys(Schema& s, ModelConfig& m) {
            "standard; mup (Yang et al. 2022): init, AdamW LR and weight decay of hidden matrices by fan-in ratio, "
            "logits x base_width/d_model, attention scale 1/head_dim with a base; completep (Dey et al. 2025): "
            "mup plus residual branches x (base_depth/n_layers)^alpha with its LR and AdamW eps rules "
-           "(docs/reference.md#mup-and-completep)");
+           "(docs/papers.md#mup-and-completep)");
   s.integer("model.mup.base_width", &m.mup.base_width, "d_model of the base model the LR was tuned on; 0 = d_model")
       .min = 0;
   s.integer("model.mup.base_head_dim", &m.mup.base_head_dim,

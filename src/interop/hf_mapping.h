@@ -1,8 +1,8 @@
 // Which Hugging Face transformers class represents a keel model exactly, why
 // a configuration has none, and how the tensors are named on each side.
 //
-// Mapped layouts (transformers 5.x modeling_*.py; docs/reference.md#qk-norm-placements,
-// docs/reference.md#block-layouts, docs/reference.md#softcaps-and-embeddings):
+// Mapped layouts (transformers 5.x modeling_*.py; docs/papers.md#qk-norm-placements,
+// docs/papers.md#block-layouts, docs/papers.md#softcaps-and-embeddings):
 //   Llama   (llama)        pre-norm, no QK-Norm; optional attention + MLP biases
 //   Qwen3   (qwen3)        pre-norm, RMSNorm(head_dim) QK-Norm per head, shared gain, before RoPE
 //   OLMo 2  (olmo2)        reordered norm x + norm(f(x)), RMSNorm QK-Norm over the whole q/k projection

@@ -2,7 +2,7 @@
 // Sublinear Memory Cost"): a block keeps only its input during the forward,
 // and backward runs the block again, with a graph, to back-propagate through
 // it. PyTorch's reentrant torch.utils.checkpoint does the same; LibTorch has
-// no C++ form of it (docs/reference.md#memory-zero-1-and-recomputation).
+// no C++ form of it (docs/papers.md#memory-zero-1-and-recomputation).
 #pragma once
 
 #include <torch/torch.h>

@@ -1,4 +1,4 @@
-// Causal grouped-query attention with every QK-Norm variant of docs/reference.md#qk-norm-placements,
+// Causal grouped-query attention with every QK-Norm variant of docs/papers.md#qk-norm-placements,
 // an optional attention softcap, and optional statistics for monitoring.
 #pragma once
 

@@ -9,7 +9,7 @@ namespace keel {
 
 // Turns bf16 autocast on for the current scope, on CUDA or the CPU (matmuls
 // in bf16; losses, softmax and norms in fp32; fp32 weights). Its destructor
-// clears autocast's cache of bf16 weight copies (docs/reference.md#libtorch-notes):
+// clears autocast's cache of bf16 weight copies (docs/papers.md#libtorch-notes):
 // the optimizer is about to change the weights.
 class AutocastScope {
  public:

@@ -1,5 +1,5 @@
 // Causal attention computed block by block (FlashAttention's online softmax,
-// Dao et al. 2022; docs/reference.md#blockwise-attention): queries in blocks,
+// Dao et al. 2022; docs/papers.md#blockwise-attention): queries in blocks,
 // keys and values streamed in blocks with a running maximum and sum, so no
 // [T, T] tensor exists, forward or backward. The score modifiers keel needs
 // are applied inside each block: the scale (or an L2 QK-Norm temperature

@@ -1,4 +1,4 @@
-// Intra-document attention (data.document_mask; docs/reference.md#document-masking).
+// Intra-document attention (data.document_mask; docs/papers.md#document-masking).
 //
 // keel's token stream is documents each followed by EOS. Under the mask an
 // EOS opens the document after it, as a BOS token would (GPT-2's

@@ -14,7 +14,7 @@ struct ModelSize {
   int64_t embedding = 0;     // token embedding table
   int64_t head = 0;          // untied output head (0 when tied)
   int64_t matmul = 0;        // weights used in matmuls: all but the embedding lookup, head always counted
-  double flops_per_token = 0;// 6*matmul + 12*L*H*Q*T (docs/reference.md#throughput-and-mfu)
+  double flops_per_token = 0;// 6*matmul + 12*L*H*Q*T (docs/papers.md#throughput-and-mfu)
 };
 
 ModelSize model_size(const TransformerImpl& model, int64_t seq_len);

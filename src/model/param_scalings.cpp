@@ -57,7 +57,7 @@ std::vector<ParamScaling> param_scalings(const ModelConfig& m, const TrainConfig
       } else if (t.muon.adjust_lr == MuonAdjustLr::match_rms_adamw) {
         // Muon's orthogonal update has spectral norm adjust·η; match_rms's
         // 0.2·√max(m, n) grows as √width, µP's spectral condition wants it
-        // constant for a hidden matrix (docs/reference.md#mup-and-completep).
+        // constant for a hidden matrix (docs/papers.md#mup-and-completep).
         const double big = static_cast<double>(std::max(s.shape[0], s.shape[1]));
         const double base_big = static_cast<double>(std::max(s.base_shape[0], s.base_shape[1]));
         width_lr = std::sqrt(base_big / big);

@@ -1,4 +1,4 @@
-// µP and CompleteP (docs/reference.md#mup-and-completep): how each parameter's
+// µP and CompleteP (docs/papers.md#mup-and-completep): how each parameter's
 // init, learning rate and weight decay, and three forward multipliers, scale
 // from the base model the hyperparameters were tuned on to this model.
 //

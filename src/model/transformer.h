@@ -1,5 +1,5 @@
 // The decoder-only transformer: embedding, n_layers blocks in one of four norm
-// layouts (docs/reference.md#block-layouts), final norm, output head. Short enough to read in
+// layouts (docs/papers.md#block-layouts), final norm, output head. Short enough to read in
 // one sitting; every architectural choice is a key in ModelConfig.
 #pragma once
 

@@ -7,7 +7,7 @@
 // Both are exact and order-deterministic, and their state() restores them
 // bit-identically. Their precise semantics (population std, non-finite
 // values, a constant window, warm-up) are in docs/stability.md#spike-detection-exactly
-// and the definitions in docs/reference.md#spike-and-divergence-signals.
+// and the definitions in docs/papers.md#spike-and-divergence-signals.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Run-level stability bookkeeping (docs/reference.md#spike-and-divergence-signals):
+// Run-level stability bookkeeping (docs/papers.md#spike-and-divergence-signals):
 // spike detection on the loss and the gradient norm, OLMo 2 spike scores,
 // and two different things kept apart: loss divergence (a non-finite loss, or
 // one above monitor.diverge_loss_factor x the initial loss) and attention-

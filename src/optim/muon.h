@@ -11,7 +11,7 @@
 //   O = NS₅(U / ‖U‖_F)   (a, b, c) = (3.4445, −4.7750, 2.0315)
 //   W ← W·(1 − η·λ) − η·adjust(m, n)·O
 // adjust: match_rms_adamw 0.2·√max(m, n) (Moonlight), spectral √max(1, m/n)
-// (Keller Jordan's). docs/reference.md#muon has the definitions.
+// (Keller Jordan's). docs/papers.md#muon has the definitions.
 #pragma once
 
 #include <torch/torch.h>

@@ -82,7 +82,7 @@ void AdamW::step_fused(const Group& g, double lr, const torch::Tensor& lr_tensor
     steps.push_back(steps_[i]);
   }
   if (p.empty()) return;
-  // Step counters are incremented before the call (docs/reference.md#libtorch-notes); a skipped
+  // Step counters are incremented before the call (docs/papers.md#libtorch-notes); a skipped
   // step (found_inf = 1) takes the increment back, still without a sync.
   if (found_inf.defined()) torch::_foreach_add_(steps, 1.0 - found_inf);
   else torch::_foreach_add_(steps, 1.0);

@@ -1,6 +1,6 @@
 // The learning rate as a pure function of the step, so a resumed run needs
 // nothing but the step to continue the schedule (LibTorch's schedulers cannot
-// be serialised: docs/reference.md#libtorch-notes).
+// be serialised: docs/papers.md#libtorch-notes).
 #pragma once
 
 #include "config/config.h"

@@ -9,7 +9,7 @@
 // sees, and the gradient norm, clipping and statistics take each parameter's
 // figures from its owner (grad_shard(), optim/grad_norms.h): the same
 // numbers, with 1/N of the optimizer state per rank
-// (docs/reference.md#memory-zero-1-and-recomputation).
+// (docs/papers.md#memory-zero-1-and-recomputation).
 #pragma once
 
 #include <functional>

@@ -46,7 +46,7 @@ double measure_cpu_matmul_flops() {
 }
 
 #ifdef KEEL_WITH_CUDA
-// Dense bf16 peaks from the vendors' data sheets (docs/reference.md#throughput-and-mfu).
+// Dense bf16 peaks from the vendors' data sheets (docs/papers.md#throughput-and-mfu).
 static double cuda_peak_bf16(const std::string& name) {
   if (name.find("H100") != std::string::npos && name.find("PCIe") != std::string::npos) return 756e12;
   if (name.find("NVL") != std::string::npos && (name.find("H100") != std::string::npos ||

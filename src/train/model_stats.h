@@ -1,4 +1,4 @@
-// Attention and output-logit statistics for monitoring (docs/reference.md#spike-and-divergence-signals):
+// Attention and output-logit statistics for monitoring (docs/papers.md#spike-and-divergence-signals):
 // per layer the max |attention logit| before and after the softcap, q/k norms
 // and attention entropy; for the output head max |logit|, mean log Z and the
 // z-loss value. Computed by a separate no-grad forward on a few sequences, so

@@ -1,4 +1,4 @@
-// What a checkpoint holds for exact resume (docs/reference.md#checkpoint-and-resume): model weights,
+// What a checkpoint holds for exact resume (docs/papers.md#checkpoint-and-resume): model weights,
 // optimizer moments and step counters, step and tokens, RNG states, the data
 // position (the loader is a pure function of the step), the resolved config,
 // keel and LibTorch versions. Stored through CheckpointStore as

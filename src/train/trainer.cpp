@@ -43,7 +43,7 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 int Trainer::run() {
   // Before setup: a signal while rank 0 prepares the data stops that cleanly
   // too (data/prepare.cpp polls), instead of killing it half-way. The
-  // handlers only set a flag (docs/reference.md#checkpoint-and-resume).
+  // handlers only set a flag (docs/papers.md#checkpoint-and-resume).
   install_stop_handlers();
   setup();
   print_settings();
@@ -457,7 +457,7 @@ bool Trainer::halt_on_nonfinite(const StepPlan& plan) {
   return false;
 }
 
-// Stopping is agreed by all ranks (docs/reference.md#checkpoint-and-resume):
+// Stopping is agreed by all ranks (docs/papers.md#checkpoint-and-resume):
 // a signal seen by any rank, or a divergence seen by rank 0's monitor, stops
 // every rank after this step. The vote is a host sync: every step on the CPU,
 // on CUDA only where the plan syncs anyway.

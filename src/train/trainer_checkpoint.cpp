@@ -1,4 +1,4 @@
-// Trainer: checkpoints and resume (docs/reference.md#checkpoint-and-resume).
+// Trainer: checkpoints and resume (docs/papers.md#checkpoint-and-resume).
 #include <chrono>
 #include <cstring>
 #include <sstream>

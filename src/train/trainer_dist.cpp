@@ -1,4 +1,4 @@
-// Trainer: data parallelism (docs/reference.md#libtorch-notes, "Data parallel"). Every rank
+// Trainer: data parallelism (docs/papers.md#libtorch-notes, "Data parallel"). Every rank
 // builds the same model from the same seed, rank 0's parameters are broadcast
 // and checked equal, each rank takes a disjoint share of every global batch
 // (BatchLoader's rank/world split), and gradients are averaged by GradSync's

@@ -1,5 +1,5 @@
 // Trainer: automatic spike recovery, monitor.on_spike: rewind (PaLM,
-// docs/reference.md#spike-recovery). A flagged spike sends the run back to
+// docs/papers.md#spike-recovery). A flagged spike sends the run back to
 // the newest checkpoint before it, and the batches from there on (through
 // the spike's own, or monitor.rewind_skip_batches of them) are skipped: the
 // data order stays a pure function of the step and the skip list

@@ -3,7 +3,7 @@
 // a read-only mount reads as such and not as corrupt data later; the few
 // that may not fail say so in their name (..._best_effort). Durability needs
 // fsync on the file AND on the directory holding its name
-// (docs/reference.md#checkpoint-and-resume); these helpers make both one-liners.
+// (docs/papers.md#checkpoint-and-resume); these helpers make both one-liners.
 //
 // Not std::filesystem: libtorch.so exports its own copies of many
 // std::filesystem functions, which then interpose on libstdc++'s, and some

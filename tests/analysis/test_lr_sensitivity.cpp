@@ -1,4 +1,4 @@
-// LR sensitivity (Wortsman et al. 2023, docs/reference.md#small-scale-proxies-and-lr-sensitivity)
+// LR sensitivity (Wortsman et al. 2023, docs/papers.md#small-scale-proxies-and-lr-sensitivity)
 // on hand-made tables.
 #include <gtest/gtest.h>
 

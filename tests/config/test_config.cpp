@@ -224,8 +224,8 @@ TEST(Config, EveryShippedConfigValidates) {
 }
 
 TEST(Config, DocumentedInConfigsReadme) {
-  std::ifstream in(keel_test::source_path("configs/README.md"));
-  ASSERT_TRUE(in) << "configs/README.md is missing";
+  std::ifstream in(keel_test::source_path("docs/configuration.md"));
+  ASSERT_TRUE(in) << "docs/configuration.md is missing";
   std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   Config c;
   Schema schema = make_schema(c);

@@ -169,7 +169,7 @@ TEST(Cuda, FlashSdpaWithNativeGqaMatchesExplicitPath) {
   auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
   auto q = torch::randn({2, 8, 128, 64}, opts), k = torch::randn({2, 2, 128, 64}, opts),
        v = torch::randn({2, 2, 128, 64}, opts);
-  // With the math backend disabled an ineligible call throws (docs/reference.md#libtorch-notes):
+  // With the math backend disabled an ineligible call throws (docs/papers.md#libtorch-notes):
   // success proves a fused kernel ran.
   at::globalContext().setSDPUseMath(false);
   torch::Tensor fused;

@@ -1,7 +1,7 @@
 // Shared helpers of the model test programs (tests/model/test_*.cpp):
 // small configs, parameter perturbation, tensor comparisons, and an
-// independent fp64 reference forward written from docs/reference.md#qk-norm-placements,
-// docs/reference.md#block-layouts and docs/reference.md#softcaps-and-embeddings using
+// independent fp64 reference forward written from docs/papers.md#qk-norm-placements,
+// docs/papers.md#block-layouts and docs/papers.md#softcaps-and-embeddings using
 // only the model's parameter tensors (own norms, own RoPE rotation, own
 // explicit softmax attention with a per-head loop, own MLP).
 #pragma once
@@ -126,7 +126,7 @@ inline double max_abs(const Tensor& a) {
   } while (0)
 
 // ---------------------------------------------------------------------------
-// Reference forward (fp64), straight from docs/reference.md.
+// Reference forward (fp64), straight from docs/papers.md.
 
 inline Tensor ref_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   auto y = torch::matmul(x, w.t());

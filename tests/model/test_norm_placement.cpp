@@ -1,4 +1,4 @@
-// Block layouts of docs/reference.md#block-layouts: every norm placement equals a hand-written
+// Block layouts of docs/papers.md#block-layouts: every norm placement equals a hand-written
 // reference forward (fp64) built from the model's own parameter tensors.
 #include "test_model_reference.h"
 

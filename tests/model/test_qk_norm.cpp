@@ -1,4 +1,4 @@
-// QK-Norm (docs/reference.md#qk-norm-placements): every type (rms, layernorm, l2), scope (head,
+// QK-Norm (docs/papers.md#qk-norm-placements): every type (rms, layernorm, l2), scope (head,
 // projection), position (before/after RoPE) and gain layout equals the
 // reference forward, and each does what the published definition says.
 #include "test_model_reference.h"

@@ -1,4 +1,4 @@
-// The transformer around the blocks: embedding norms (docs/reference.md#softcaps-and-embeddings),
+// The transformer around the blocks: embedding norms (docs/papers.md#softcaps-and-embeddings),
 // rotary embeddings, the loss over the real vocabulary, and shape contracts.
 #include "test_model_reference.h"
 
