@@ -27,7 +27,7 @@ namespace keel {
 namespace {
 
 struct EvalArgs {
-  std::string path, data_dir, out;
+  std::string path, data_dir, out, weights = "live";
   std::vector<std::string> tasks;
   int64_t limit = -1, batch_size = 0, builtin_examples = 0;
   bool force = false;
@@ -43,6 +43,7 @@ std::string with_stderr(const nlohmann::json& m, const std::string& key) {
 }
 
 int run_eval(const EvalArgs& a) {
+  check_weights_choice(a.weights);
   const std::string dir = resolve_checkpoint_for_command(a.path);
   Config cfg = checkpoint_config(dir);
   if (!a.tasks.empty()) cfg.eval.tasks = a.tasks;
@@ -82,7 +83,7 @@ int run_eval(const EvalArgs& a) {
     }());
 
   Transformer model(cfg.model);
-  load_training_checkpoint(dir, model, nullptr, nullptr);
+  load_checkpoint_weights(dir, model, a.weights);
   model->to(compute.device, compute.fp64 ? torch::kFloat64 : torch::kFloat32);
   // As in training (and its in-loop evaluation): an EOS starts a document.
   if (cfg.data.document_mask) model->set_documents({tok.eos_id(), cfg.data.resets_positions()});
@@ -135,6 +136,8 @@ Command add_eval_command(CLI::App& app) {
                                          "(default: the checkpoint's data.dir)");
   cmd->add_option("--out", a->out, "write results.json and each task's per-example log-likelihoods here");
   cmd->add_flag("--force", a->force, "write into a non-empty --out");
+  cmd->add_option("--weights", a->weights, "live (the trained weights) or ema (train.ema_decay's average)")
+      ->capture_default_str();
   return [cmd, a]() -> int { return *cmd ? run_eval(*a) : -1; };
 }
 

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 
+#include "checkpoint/weights_choice.h"
 #include "cli/commands.h"
 #include "config/config.h"
 #include "interop/hf_export.h"
@@ -17,15 +18,17 @@ namespace keel {
 namespace {
 
 struct HfCliArgs {
-  std::string checkpoint, hf_dir, out_dir, dtype = "float32";
+  std::string checkpoint, hf_dir, out_dir, dtype = "float32", weights = "live";
   int64_t max_seq_len = 0;
   bool force = false;
 };
 
 int run_export(const HfCliArgs& a) {
+  check_weights_choice(a.weights);
   HfExportOptions o;
   o.dtype = a.dtype;
   o.force = a.force;
+  o.weights = a.weights;
   HfExportResult r;
   try {
     r = export_hf(a.checkpoint, a.out_dir, o);
@@ -75,6 +78,8 @@ Command add_export_hf_command(CLI::App& app) {
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
       ->capture_default_str();
   cmd->add_flag("--force", args->force, "write into a non-empty OUT_DIR, replacing files of the same name");
+  cmd->add_option("--weights", args->weights, "live (the trained weights) or ema (train.ema_decay's average)")
+      ->capture_default_str();
   return [cmd, args]() -> int { return *cmd ? run_export(*args) : -1; };
 }
 

@@ -15,12 +15,14 @@
 namespace keel {
 
 
-static int run_sample(const std::string& path, const std::string& prompt, const SampleOptions& options) {
+static int run_sample(const std::string& path, const std::string& prompt, const SampleOptions& options,
+                      const std::string& weights) {
+  check_weights_choice(weights);
   {
     const std::string dir = resolve_checkpoint_for_command(path);  // a run directory: its newest valid one
     Config config = checkpoint_config(dir);
     Transformer model(config.model);
-    load_training_checkpoint(dir, model, nullptr, nullptr);
+    load_checkpoint_weights(dir, model, weights);
     const std::string tokenizer_path = checkpoint_tokenizer(dir);
     if (tokenizer_path.empty())
       throw CheckpointError(dir + " holds no tokenizer.model or tokenizer.json: keel sample needs the tokenizer");
@@ -40,7 +42,7 @@ static int run_sample(const std::string& path, const std::string& prompt, const 
 
 Command add_sample_command(CLI::App& app) {
   struct Args {
-    std::string path, prompt;
+    std::string path, prompt, weights = "live";
     SampleOptions options;
   };
   auto args = std::make_shared<Args>();
@@ -52,7 +54,11 @@ Command add_sample_command(CLI::App& app) {
   cmd->add_option("--temperature", o.temperature, "softmax temperature; 0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", o.top_k, "sample from the k most likely tokens; 0 = all")->capture_default_str();
   cmd->add_option("--seed", o.seed, "same seed, same text")->capture_default_str();
-  return [cmd, args]() -> int { return *cmd ? run_sample(args->path, args->prompt, args->options) : -1; };
+  cmd->add_option("--weights", args->weights, "live (the trained weights) or ema (train.ema_decay's average)")
+      ->capture_default_str();
+  return [cmd, args]() -> int {
+    return *cmd ? run_sample(args->path, args->prompt, args->options, args->weights) : -1;
+  };
 }
 
 }  // namespace keel

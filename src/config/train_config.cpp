@@ -79,6 +79,13 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   s.choice("train.optimizer_impl", &t.optimizer_impl, {},
            "AdamW kernel: fused (at::_fused_adamw_, CPU and CUDA) or the readable reference loop");
   s.real("train.grad_clip", &t.grad_clip, "global gradient-norm clip; 0 = off").min = 0;
+  auto& ema = s.optional_real("train.ema_decay", &t.ema_decay,
+                              "an exponential moving average of the weights, b in theta_bar <- b theta_bar + (1 - b) "
+                              "theta after every step (levanter, modded-nanogpt; 0.999 averages about the last 1000 "
+                              "steps): evaluated beside the live weights, checkpointed, exportable; null = off");
+  ema.min = 0;
+  ema.min_exclusive = true;
+  ema.max = 0.999999999;
   s.real("train.z_loss", &t.z_loss, "coefficient of the z-loss (log Z)^2; 0 = off (PaLM: 1e-4)").min = 0;
   s.boolean("train.fp32_head", &t.fp32_head,
             "under bf16 autocast, the output head's matmul and so the logits in fp32 (Megatron's fp32 output "

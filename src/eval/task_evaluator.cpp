@@ -131,6 +131,18 @@ std::vector<TaskResult> TaskEvaluator::evaluate(Transformer& model) {
   return results_;
 }
 
+nlohmann::json TaskEvaluator::evaluate_apart(Transformer& model) {
+  auto scores = scores_;
+  auto results = results_;
+  auto last = last_;
+  evaluate(model);
+  nlohmann::json out = last_;
+  scores_ = std::move(scores);
+  results_ = std::move(results);
+  last_ = std::move(last);
+  return out;
+}
+
 std::string TaskEvaluator::examples_jsonl(size_t t) const {
   std::string out;
   if (t >= results_.size()) return out;

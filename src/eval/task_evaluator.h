@@ -45,6 +45,9 @@ class TaskEvaluator {
 
   // Scores every task; the same on every rank. Keeps the results for last().
   std::vector<TaskResult> evaluate(Transformer& model);
+  // Scores every task and returns {name: metrics} without keeping anything
+  // (last(), the examples): other weights than the run's, such as its EMA.
+  nlohmann::json evaluate_apart(Transformer& model);
   // The latest results, {name: metrics}; null before the first evaluation.
   const nlohmann::json& last() const { return last_; }
   // Per example of the latest evaluation: {"example", "gold", "pred", "ll": [...], "greedy": [...]}.

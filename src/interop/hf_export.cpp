@@ -106,7 +106,7 @@ HfExportResult export_hf(const std::string& checkpoint, const std::string& out_d
   }
 
   Transformer model(m);
-  load_training_checkpoint(dir, model, nullptr, nullptr);
+  load_checkpoint_weights(dir, model, options.weights);
   TensorMap tensors = hf_tensors(model, m, result.family, dtype);
   result.tensors = static_cast<int64_t>(tensors.size());
 

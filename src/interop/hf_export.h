@@ -12,6 +12,7 @@ namespace keel {
 struct HfExportOptions {
   std::string dtype = "float32";  // float32 | bfloat16 | float16
   bool force = false;             // write into a non-empty directory, replacing keel's files there
+  std::string weights = "live";   // live | ema (train.ema_decay's average: the checkpoint's ema.safetensors)
 };
 
 struct HfExportResult {

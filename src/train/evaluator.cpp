@@ -114,12 +114,19 @@ double Evaluator::evaluate(Transformer& model) {
 }
 
 nlohmann::json Evaluator::evaluate_sets(Transformer& model) {
-  last_sets_ = nlohmann::json::object();
+  last_sets_ = loss_sets(model);
+  return last_sets_;
+}
+
+double Evaluator::loss(Transformer& model) { return mean_loss(model, loader_.get(), "the validation all-reduce"); }
+
+nlohmann::json Evaluator::loss_sets(Transformer& model) {
+  nlohmann::json out = nlohmann::json::object();
   for (const auto& s : sets_) {
     const double loss = mean_loss(model, s.loader.get(), "the held-out set all-reduce");
-    last_sets_[s.name] = {{"loss", loss}, {"ppl", std::exp(loss)}};
+    out[s.name] = {{"loss", loss}, {"ppl", std::exp(loss)}};
   }
-  return last_sets_;
+  return out;
 }
 
 void Evaluator::save_state(nlohmann::json& extra) const {

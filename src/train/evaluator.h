@@ -45,6 +45,10 @@ class Evaluator {
   nlohmann::json evaluate_sets(Transformer& model);
   const nlohmann::json& last_sets() const { return last_sets_; }
   double best() const { return best_; }
+  // The same losses without keeping them (last, best): other weights than
+  // the run's, such as its weight EMA.
+  double loss(Transformer& model);
+  nlohmann::json loss_sets(Transformer& model);
 
   void save_state(nlohmann::json& extra) const;
   void load_state(const nlohmann::json& extra);

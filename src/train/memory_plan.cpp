@@ -104,6 +104,7 @@ MemoryPlan plan_memory(const Config& cfg, const MemoryPlanOptions& options) {
   }
   plan.weights = static_cast<double>(plan.params) * w;
   plan.gradients = plan.weights;
+  plan.ema = t.ema_decay ? plan.weights : 0;
   plan.weight_casts = bf16 ? static_cast<double>(plan.matmul_params) * 2 : 0;
   for (double s : state) plan.optimizer_replicated += s;
   plan.optimizer_per_rank = plan.optimizer_replicated;
@@ -218,6 +219,7 @@ std::string format_memory_plan(const MemoryPlan& p, const Config& cfg, const Mem
     out << strf("  (ZeRO-1: the largest of %d shards; replicated %.1f MiB)", p.ranks, p.optimizer_replicated / kMiB);
   else if (p.ranks > 1)
     out << "  (replicated; dist.zero: 1 would shard it)";
+  if (p.ema > 0) out << "\n    weight EMA         " << mib(p.ema) << "  " << per_param(p.ema) << "  (train.ema_decay)";
   out << "\n    total              " << mib(p.static_bytes()) << "  " << per_param(p.static_bytes()) << "\n";
   out << "    head gradient      " << mib(p.head_gradient) << "\n";
   if (p.chunk_tokens > 0)
@@ -253,6 +255,7 @@ std::string memory_plan_json(const MemoryPlan& p, const MemoryPlanOptions& optio
                       {"gradients_bytes", p.gradients},
                       {"optimizer_replicated_bytes", p.optimizer_replicated},
                       {"optimizer_per_rank_bytes", p.optimizer_per_rank},
+                      {"ema_bytes", p.ema},
                       {"static_bytes", p.static_bytes()},
                       {"bytes_per_param", p.bytes_per_param()},
                       {"loss_chunk_tokens", p.chunk_tokens},

@@ -34,7 +34,8 @@ struct MemoryPlan {
   double gradients = 0;        // one gradient per weight (data parallel: the buckets)
   double optimizer_replicated = 0;
   double optimizer_per_rank = 0;  // ZeRO-1's largest shard when dist.zero is 1 and ranks > 1, else replicated
-  double static_bytes() const { return weights + weight_casts + gradients + optimizer_per_rank; }
+  double ema = 0;                 // train.ema_decay: one copy of the weights on every rank (ZeRO-1 too)
+  double static_bytes() const { return weights + weight_casts + gradients + optimizer_per_rank + ema; }
   double bytes_per_param() const { return static_bytes() / static_cast<double>(params); }
   // Bytes per sequence of a micro-batch: what the forward keeps for
   // backward, and what backward holds on top of it at its first block.

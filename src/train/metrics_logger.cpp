@@ -134,6 +134,8 @@ void MetricsLogger::write(const StepPlan& plan, const Interval& in, const Device
   if (evals.contains("sets"))
     for (auto it = evals["sets"].begin(); it != evals["sets"].end(); ++it)
       val_text += strf(" | %s %.4f", it.key().c_str(), it.value()["loss"].get<double>());
+  if (evals.contains("ema") && evals["ema"].contains("val_loss") && evals["ema"]["val_loss"].is_number())
+    val_text += strf(" | ema val %.4f", evals["ema"]["val_loss"].get<double>());
   run_.append_metrics(rec);
   const std::string comm_text = world_ > 1 ? strf(" (comm wait %.1f)", comm_ms) : "";
   const std::string stop_text = regular ? "" : " | stop (" + why + ")";

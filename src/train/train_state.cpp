@@ -61,7 +61,8 @@ bool safe_to_change(const std::string& key) {
       "train.init_from",
       // The same numbers bit for bit: sharded optimizer state, recomputed activations.
       "dist.zero", "train.activation_checkpointing", "train.checkpoint_every_n",
-      // What is evaluated, not what is trained.
+      // What is evaluated, not what is trained (the weight EMA only watches the weights).
+      "train.ema_decay",
       "eval.tasks", "eval.every", "eval.limit", "eval.batch_size", "eval.builtin_examples", "eval.sets"};
   return safe.count(key) > 0;
 }
@@ -100,6 +101,8 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
   if (optimizer) {
     files.push_back({"optimizer.safetensors", [&](const std::string& p) { write_safetensors(p, optimizer->state()); }});
   }
+  if (!state.ema.empty())
+    files.push_back({"ema.safetensors", [&](const std::string& p) { write_safetensors(p, state.ema); }});
   files.push_back({"rng.safetensors", [&](const std::string& p) {
                      write_safetensors(p, state.rng.empty() ? local_rng_state() : state.rng);
                    }});
@@ -186,6 +189,27 @@ TrainState load_training_checkpoint(const std::string& dir, Transformer& model, 
     throw CheckpointError(dir + ": LibTorch refused its contents: " +
                           std::string(e.what_without_backtrace()).substr(0, 300));
   }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> load_checkpoint_ema(const std::string& dir) {
+  const std::string path = dir + "/ema.safetensors";
+  if (!path_exists(path)) return {};
+  TensorMap loaded = read_safetensors(path);
+  return {loaded.begin(), loaded.end()};
+}
+
+void load_checkpoint_weights(const std::string& dir, Transformer& model, const std::string& which,
+                             const std::string& flag) {
+  check_weights_choice(which, flag);
+  load_training_checkpoint(dir, model, nullptr, nullptr);
+  if (which == "live") return;
+  const auto ema = load_checkpoint_ema(dir);
+  if (ema.empty())
+    throw CheckpointError(dir + "/ema.safetensors: missing: the run trained without train.ema_decay, so this "
+                                "checkpoint has no weight average (use " + flag + " live)");
+  TensorMap params;
+  for (auto& p : model->named_parameters(true)) params.emplace_back(p.key(), p.value().detach());
+  copy_into(TensorMap(ema.begin(), ema.end()), params, dir + "/ema.safetensors");
 }
 
 Config checkpoint_config(const std::string& dir) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/weights_choice.h"
 #include "config/config.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
@@ -30,6 +31,9 @@ struct TrainState {
   // Data-parallel runs store rank 0's as "cpu", "cuda0", ... and rank r's as
   // "rank<r>.cpu", ...
   std::vector<std::pair<std::string, torch::Tensor>> rng;
+  // train.ema_decay's average of the weights (train/weight_ema.h), written
+  // to ema.safetensors; empty: no such file.
+  std::vector<std::pair<std::string, torch::Tensor>> ema;
 };
 
 // This process's CPU (and CUDA) generator states: {"cpu", state}, {"cuda0", state}, ...
@@ -47,6 +51,15 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
 // run); a rank the checkpoint has none for keeps its seeded generators.
 TrainState load_training_checkpoint(const std::string& checkpoint_dir, Transformer& model, Optimizer* optimizer,
                                     std::string* saved_config_yaml, int rng_rank = 0);
+
+// Which weights of a checkpoint keel eval, export-hf and sample read:
+// "live" (model.safetensors) or "ema" (the weight EMA, ema.safetensors, over
+// the live ones). Throws CheckpointError naming a missing ema.safetensors and
+// ConfigError for another name (key: `flag`).
+void load_checkpoint_weights(const std::string& checkpoint_dir, Transformer& model, const std::string& which,
+                             const std::string& flag = "--weights");
+// A checkpoint's ema.safetensors, or {} when it has none.
+std::vector<std::pair<std::string, torch::Tensor>> load_checkpoint_ema(const std::string& checkpoint_dir);
 
 // Resolved-config differences between a checkpoint and the current run.
 struct ConfigDiff {

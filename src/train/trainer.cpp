@@ -176,6 +176,11 @@ void Trainer::setup() {
       run_->log->warn("no validation split in " + cfg_.data.dir + " (data.val_fraction = 0?): evaluation is off");
     if (!cfg_.eval.tasks.empty()) setup_tasks(data);
     parts_ = build_training_parts(cfg_, compute_, geometry_, dist_.get());
+    if (cfg_.train.ema_decay) {
+      std::vector<NamedParam> params;
+      for (auto& p : parts_.model->named_parameters(true)) params.push_back({p.key(), p.value()});
+      ema_ = std::make_unique<WeightEma>(std::move(params), *cfg_.train.ema_decay);
+    }
     if (cfg_.data.document_mask) parts_.model->set_documents({data.tokenizer.eos_id, cfg_.data.resets_positions()});
     // Batches in page-locked memory: their copies to the GPU do not block the host.
     if (compute_.device.is_cuda()) train_data_->set_pinned(true);
@@ -323,6 +328,7 @@ StepReport Trainer::train_step(const StepPlan& plan) {
   double comm_ms = 0;
   if (graphed) {
     r = runner.graphed_step(runner.to_device(batch), report.lr);  // forward .. update in one replay
+    if (ema_) ema_->update();
   } else {
     MicroHooks hooks;
     hooks.before_backward = [&](int64_t micro, LossParts& loss) {
@@ -357,6 +363,7 @@ StepReport Trainer::train_step(const StepPlan& plan) {
     runner.update(report.lr, skip);
     parts_.optimizer->record_step_stats(false);
     if (cfg_.train.qk_clip_tau) apply_qk_clip();
+    if (ema_) ema_->update();  // after every change to the weights this step
   }
   metrics_->step_done(loader_ms, comm_ms);
   if (plan.log) measure_update(before, report);
@@ -534,7 +541,28 @@ void Trainer::log_step(const StepPlan& plan, const StepReport& report) {
   }
   nlohmann::json evals;
   if (plan.tasks) evals = evaluate_tasks(plan);
+  if (ema_ && (plan.eval || plan.tasks)) {
+    if (!evals.is_object()) evals = nlohmann::json::object();
+    evals["ema"] = evaluate_ema(plan);
+  }
   metrics_->log(plan, interval, counters, report, val_loss, spike_score, evals);
+}
+
+nlohmann::json Trainer::evaluate_ema(const StepPlan& plan) {
+  nlohmann::json out = nlohmann::json::object();
+  WeightEma::Swap swap(*ema_);  // the model holds the average until the end of this function
+  double val = NAN;
+  if (plan.eval) {
+    val = evaluator_->loss(parts_.model);
+    out["val_loss"] = val;
+    out["val_ppl"] = std::exp(val);
+  }
+  if (plan.tasks) {
+    if (tasks_) out["tasks"] = tasks_->evaluate_apart(parts_.model);
+    if (!cfg_.eval.sets.empty()) out["sets"] = evaluator_->loss_sets(parts_.model);
+  }
+  ema_->record_eval(val, out);
+  return out;
 }
 
 // eval.tasks: read and tokenized before the first step, so a bad file stops
@@ -631,6 +659,7 @@ void Trainer::write_summary(const std::string& stopped_by) {
                       {"rewinds", data_skips_.rewinds()},
                       {"data_skips", data_skips_.to_json()}};
   if (tasks_ && !tasks_->last().is_null()) s["tasks"] = tasks_->last();
+  if (ema_) s["ema"] = ema_->summary();
   if (!evaluator_->last_sets().is_null()) s["sets"] = evaluator_->last_sets();
   s.update(stability_->summary());
   if (const Mixture* mix = train_data_->mixture()) {  // what each source actually gave this run

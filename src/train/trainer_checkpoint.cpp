@@ -70,6 +70,13 @@ void Trainer::restore_checkpoint(const std::string& dir, bool branch, const std:
   const auto& extra = state.extra;
   evaluator_->load_state(extra);
   if (tasks_) tasks_->load_state(extra);
+  if (ema_) {  // the average continues exactly; a checkpoint without one starts it at the next step
+    const auto saved = load_checkpoint_ema(dir);
+    if (!saved.empty()) ema_->load_state(saved, dir + "/ema.safetensors");
+    else run_->log->warn(dir + " has no ema.safetensors (saved without train.ema_decay): the weight average starts "
+                               "from the weights of the next step");
+    ema_->load_eval_state(extra);
+  }
   metrics_->load_state(extra);
   if (extra.contains("device_counters")) {  // absent in checkpoints of an older keel
     const auto& saved_counters = extra["device_counters"];
@@ -176,6 +183,10 @@ void Trainer::save_checkpoint(int64_t steps_done) {
                  {"device_counters", counters_->snapshot()}};  // sync point; the open logging interval's sums
   evaluator_->save_state(state.extra);
   if (tasks_) tasks_->save_state(state.extra);
+  if (ema_) {
+    ema_->save_state(state.extra);
+    state.ema = ema_->state();
+  }
   metrics_->save_state(state.extra);
   data_skips_.save_state(state.extra);
   state.rng = gather_rng_states();

@@ -31,6 +31,7 @@
 #include "train/step_plan.h"
 #include "train/trainer.h"
 #include "train/training_setup.h"
+#include "train/weight_ema.h"
 #include "util/fault_inject.h"
 #include "util/fs.h"
 
@@ -65,6 +66,8 @@ class Trainer {
   void log_step(const StepPlan& plan, const StepReport& report);
   void setup_tasks(const DataManifest& data);
   nlohmann::json evaluate_tasks(const StepPlan& plan);
+  // The weight EMA evaluated as the live weights were at this step: {"val_loss", "val_ppl", "tasks", "sets"}.
+  nlohmann::json evaluate_ema(const StepPlan& plan);
   void write_summary(const std::string& stopped_by);  // throws write_failure() when a log lost a line
   [[noreturn]] void stop_on_write_failure(int64_t step);  // a full disk: checkpoint if it fits, summary, throw
   FileError write_failure() const;                      // RunDir::write_error() with its errno's exit code
@@ -109,6 +112,7 @@ class Trainer {
   std::unique_ptr<BatchLoader> train_data_;
   std::unique_ptr<Evaluator> evaluator_;
   std::unique_ptr<TaskEvaluator> tasks_;  // eval.tasks; null without any
+  std::unique_ptr<WeightEma> ema_;        // train.ema_decay; null without it
   std::unique_ptr<StabilityMonitor> stability_;
   std::unique_ptr<MetricsLogger> metrics_;
   std::unique_ptr<DeviceCounters> counters_;

@@ -253,10 +253,10 @@ TEST_F(DataParallel, ActivationCheckpointingOnTwoWorkersGivesTheLossesOfOne) {
 // M-rank run's losses, for N and M each of 1, 2 and 3, sharded or not:
 // 2 (sharded) -> 3 (sharded) and -> 1, 1 -> 2 (sharded), 3 (sharded) -> 2.
 TEST_F(DataParallel, ZeroOneGivesTheReplicatedNumbersAndResumesOnOtherWorldSizes) {
-  // 2 and 3 ranks; a clip that binds; every figure that reads all gradients, every step.
+  // 2 and 3 ranks; a clip that binds; every figure that reads all gradients, every step; a weight EMA (issue 54).
   const std::string six =
       "--set train.batch_size=6 --set train.grad_clip=0.5 --set monitor.layer_grad_norms=true "
-      "--set monitor.param_stats=true --set monitor.every=1 --set train.log_every=1 ";
+      "--set monitor.param_stats=true --set monitor.every=1 --set train.log_every=1 --set train.ema_decay=0.9 ";
   std::string out;
   ASSERT_EQ(run_keel(train_args("one6", six), &out), 0) << out;
   for (const std::string n : {"2", "3"}) {
@@ -310,6 +310,28 @@ TEST_F(DataParallel, ZeroOneGivesTheReplicatedNumbersAndResumesOnOtherWorldSizes
     }
   }
 
+  // The weight EMA: every rank keeps the whole average (also under ZeRO-1),
+  // so rank 0's checkpoint holds the replicated run's bit for bit, and one
+  // rank's to rounding; resumed on another world size it continues.
+  auto ema_of = [](const std::string& run, const std::string& step) {
+    std::map<std::string, torch::Tensor> m;
+    for (auto& [k, t] : keel::read_safetensors(run_path(run) + "/checkpoints/step_" + step + "/ema.safetensors"))
+      m[k] = t;
+    return m;
+  };
+  auto expect_same_ema = [&](const std::string& a, const std::string& b, double tol) {
+    auto ea = ema_of(a, "00000012"), eb = ema_of(b, "00000012");
+    ASSERT_FALSE(ea.empty()) << a;
+    ASSERT_EQ(ea.size(), eb.size()) << a << " / " << b;
+    for (const auto& [k, t] : ea) {
+      ASSERT_TRUE(eb.count(k)) << b << " lacks " << k;
+      if (tol == 0) EXPECT_TRUE(torch::equal(t, eb[k])) << a << " / " << b << ": " << k;
+      else EXPECT_TRUE(torch::allclose(t, eb[k], tol, tol)) << a << " / " << b << ": " << k;
+    }
+  };
+  expect_same_ema("rep2", "zero2", 0.0);
+  expect_same_ema("one6", "rep2", 1e-4);
+
   // Saved sharded on 2 ranks, resumed sharded on 3 and replicated on 1.
   ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("zsaved", six + "--set dist.zero=1 --stop-after-step 6"), &out),
             0)
@@ -320,6 +342,7 @@ TEST_F(DataParallel, ZeroOneGivesTheReplicatedNumbersAndResumesOnOtherWorldSizes
   expect_same_losses("rep3", "zon3", 1e-4, 7);
   ASSERT_EQ(run_keel(train_args("zon1", six + "--resume " + ckpt), &out), 0) << out;
   expect_same_losses("one6", "zon1", 1e-4, 7);
+  expect_same_ema("one6", "zon1", 1e-4);
   // Saved by one process, resumed sharded on 2; saved sharded on 3, resumed replicated on 2.
   ASSERT_EQ(run_keel(train_args("saved1", six + "--stop-after-step 6"), &out), 0) << out;
   ASSERT_EQ(run_keel("launch --nproc 2 -- " +

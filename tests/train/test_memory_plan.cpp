@@ -89,6 +89,23 @@ TEST(MemoryPlan, CudaCountsBf16CastsAndTheLargestMicroBatchFits) {
   EXPECT_GT(full.max_micro_batch(80), plan.max_micro_batch(80));
 }
 
+// Issue 54: the weight EMA is one more copy of the weights on every rank,
+// ZeRO-1 or not (it averages the whole model there too).
+TEST(MemoryPlan, TheWeightEmaCostsOneCopyOfTheWeights) {
+  Config cfg = bench_cpu();
+  MemoryPlanOptions o;
+  const MemoryPlan plain = keel::plan_memory(cfg, o);
+  cfg.train.ema_decay = 0.999;
+  const MemoryPlan with_ema = keel::plan_memory(cfg, o);
+  EXPECT_EQ(plain.ema, 0);
+  EXPECT_EQ(with_ema.ema, with_ema.weights);
+  EXPECT_EQ(with_ema.static_bytes() - plain.static_bytes(), with_ema.weights);
+  cfg.dist.zero = 1;
+  o.ranks = 4;
+  EXPECT_EQ(keel::plan_memory(cfg, o).ema, with_ema.weights);
+  EXPECT_NE(keel::format_memory_plan(with_ema, cfg, o).find("weight EMA"), std::string::npos);
+}
+
 // Issue 52: under data.document_mask, SDPA's mask path keeps a [T, T] mask,
 // and on CUDA a bias per layer; the plan had none of it.
 TEST(MemoryPlan, TheDocumentMaskCountsItsTSquaredTerms) {

@@ -922,3 +922,49 @@ TEST_F(TrainCli, SummaryLineWithoutEvaluationSaysNotAvailable) {
   EXPECT_EQ(line.find("nan"), std::string::npos) << line;
   EXPECT_EQ(line.find("inf"), std::string::npos) << line;
 }
+
+// train.ema_decay (issue 54): the average is checkpointed, so a run stopped
+// and resumed ends with the uninterrupted run's average bit for bit; it is
+// evaluated beside the live weights, and keel eval and export-hf read it.
+TEST_F(TrainCli, WeightEmaResumesExactlyAndIsEvaluatedAndExported) {
+  const std::string ema = "--set train.ema_decay=0.9 ";
+  std::string out;
+  ASSERT_EQ(run_keel(args("ema_straight", ema), &out), 0) << out;
+  ASSERT_EQ(run_keel(args("ema_halves", ema + "--stop-after-step 6"), &out), 0) << out;
+  ASSERT_EQ(run_keel(args("ema_halves", ema + "--resume auto"), &out), 0) << out;
+  auto ema_of = [](const std::string& run) {
+    std::map<std::string, torch::Tensor> m;
+    for (auto& [k, t] : keel::read_safetensors(run_path(run) + "/checkpoints/step_00000012/ema.safetensors")) m[k] = t;
+    return m;
+  };
+  auto a = ema_of("ema_straight"), b = ema_of("ema_halves");
+  ASSERT_FALSE(a.empty());
+  for (const auto& [k, t] : a) EXPECT_TRUE(torch::equal(t, b[k])) << k;
+  // Evaluated at each evaluation, beside the live weights; in the summary.
+  bool seen = false;
+  for (const auto& r : read_jsonl(run_path("ema_straight") + "/metrics.jsonl"))
+    if (r.contains("val_loss")) {
+      ASSERT_TRUE(r.contains("ema") && r["ema"]["val_loss"].is_number()) << r.dump();
+      EXPECT_NE(r["ema"]["val_loss"], r["val_loss"]);
+      seen = true;
+    }
+  EXPECT_TRUE(seen);
+  const auto summary = read_json(run_path("ema_straight") + "/summary.json");
+  EXPECT_EQ(summary["ema"]["decay"], 0.9);
+  EXPECT_TRUE(summary["ema"]["final_val_loss"].is_number());
+  EXPECT_EQ(summary["ema"], read_json(run_path("ema_halves") + "/summary.json")["ema"]);
+  // keel export-hf --weights ema writes the average; a run without one says so.
+  const std::string hf = g_dir + "/ema_hf";
+  ASSERT_EQ(run_keel("export-hf " + run_path("ema_straight") + " " + hf + " --weights ema", &out), 0) << out;
+  const auto exported = keel::read_safetensors(hf + "/model.safetensors");
+  bool matched = false;
+  for (const auto& [k, t] : exported)
+    if (k == "model.embed_tokens.weight") matched = torch::equal(t.to(torch::kFloat32), a.at("wte"));
+  EXPECT_TRUE(matched) << "the exported embedding is not the average";
+  ASSERT_EQ(run_keel(args("no_ema"), &out), 0) << out;
+  EXPECT_EQ(run_keel("eval " + run_path("no_ema") + " --task builtin --weights ema", &out), 2) << out;
+  EXPECT_NE(out.find("ema.safetensors: missing"), std::string::npos) << out;
+  ASSERT_EQ(run_keel("eval " + run_path("ema_straight") + " --task builtin --weights ema", &out), 0) << out;
+  EXPECT_EQ(run_keel("eval " + run_path("ema_straight") + " --task builtin --weights average", &out), 2) << out;
+  EXPECT_NE(out.find("--weights"), std::string::npos) << out;
+}
