@@ -54,6 +54,7 @@ set(KEEL_TENSOR_SOURCES
   src/train/trainer_rewind.cpp
   src/train/training_setup.cpp
   src/train/weight_ema.cpp
+  src/train/checkpoint_average.cpp
 )
 # The command-line files that use LibTorch (keel_cli: the precompiled header for these only).
 set(KEEL_CLI_TENSOR_SOURCES src/cli/cmd_sample.cpp src/cli/cmd_eval.cpp src/cli/cmd_smoke.cpp src/cli/cmd_params.cpp src/cli/cmd_plan.cpp

@@ -23,6 +23,7 @@ Command add_train_command(CLI::App& app);
 Command add_launch_command(CLI::App& app);
 Command add_sample_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);  // cmd_eval.cpp
+Command add_average_command(CLI::App& app);  // cmd_average.cpp
 Command add_sweep_command(CLI::App& app);   // cmd_sweep.cpp
 Command add_report_command(CLI::App& app);  // cmd_sweep.cpp
 Command add_compare_command(CLI::App& app);  // cmd_sweep.cpp

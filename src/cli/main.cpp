@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   const std::vector<keel::Command> commands = {
       keel::add_validate_command(app), keel::add_config_command(app),    keel::add_smoke_command(app),
       keel::add_train_command(app),    keel::add_launch_command(app),    keel::add_prepare_command(app),
-      keel::add_tokenize_command(app), keel::add_sample_command(app), keel::add_eval_command(app),   keel::add_sweep_command(app),     keel::add_report_command(app),
+      keel::add_tokenize_command(app), keel::add_sample_command(app), keel::add_eval_command(app),   keel::add_average_command(app),   keel::add_sweep_command(app),     keel::add_report_command(app),
       keel::add_compare_command(app),  keel::add_replay_command(app),    keel::add_export_hf_command(app), keel::add_import_hf_command(app),
       keel::add_bench_command(app),    keel::add_params_command(app),    keel::add_plan_command(app),
       keel::add_coordcheck_command(app)};

@@ -968,3 +968,40 @@ TEST_F(TrainCli, WeightEmaResumesExactlyAndIsEvaluatedAndExported) {
   EXPECT_EQ(run_keel("eval " + run_path("ema_straight") + " --task builtin --weights average", &out), 2) << out;
   EXPECT_NE(out.find("--weights"), std::string::npos) << out;
 }
+
+// keel average (issue 54): the mean of the newest N checkpoints' weights, a
+// run that keel eval and export-hf read; asking for more checkpoints than
+// there are, or writing over a non-empty directory, is refused.
+TEST_F(TrainCli, AverageOfTheLastCheckpointsIsTheirMean) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("avg_src"), &out), 0) << out;  // checkpoints at 4, 8, 12
+  const std::string avg = g_dir + "/avg_out";
+  ASSERT_EQ(run_keel("average " + run_path("avg_src") + " --last 3 --out " + avg, &out), 0) << out;
+  EXPECT_NE(out.find("(steps 4 8 12)"), std::string::npos) << out;
+  std::map<std::string, torch::Tensor> mean;
+  for (const char* step : {"00000004", "00000008", "00000012"})
+    for (auto& [k, t] : keel::read_safetensors(run_path("avg_src") + "/checkpoints/step_" + std::string(step) +
+                                               "/model.safetensors")) {
+      auto wide = t.to(torch::kFloat64) / 3.0;
+      if (mean.count(k)) mean[k] += wide;
+      else mean[k] = wide;
+    }
+  const auto written = keel::read_safetensors(avg + "/checkpoints/step_00000012/model.safetensors");
+  ASSERT_FALSE(written.empty());
+  for (const auto& [k, t] : written)
+    EXPECT_TRUE(torch::allclose(t.to(torch::kFloat64), mean.at(k), 0, 1e-6)) << k;
+  EXPECT_EQ(read_json(avg + "/checkpoints/step_00000012/state.json")["extra"]["averaged"]["steps"],
+            nlohmann::json::array({4, 8, 12}));
+  ASSERT_EQ(run_keel("eval " + avg + " --task builtin", &out), 0) << out;
+  ASSERT_EQ(run_keel("export-hf " + avg + " " + g_dir + "/avg_hf", &out), 0) << out;
+  // Refusals: more checkpoints than there are; a non-empty output; nothing written for either.
+  EXPECT_EQ(run_keel("average " + run_path("avg_src") + " --last 9 --out " + g_dir + "/avg9", &out), 2) << out;
+  EXPECT_NE(out.find("--last: 9, but"), std::string::npos) << out;
+  EXPECT_FALSE(keel::path_exists(g_dir + "/avg9"));
+  EXPECT_EQ(run_keel("average " + run_path("avg_src") + " --last 2 --out " + avg, &out), 2) << out;
+  EXPECT_NE(out.find("exists and is not empty"), std::string::npos) << out;
+  // The default place: inside the run, named by N and the newest step.
+  ASSERT_EQ(run_keel("average " + run_path("avg_src") + " --last 2", &out), 0) << out;
+  EXPECT_TRUE(keel::path_exists(run_path("avg_src") + "/averages/last2_step12/checkpoints/step_00000012/manifest.json"));
+}
+
