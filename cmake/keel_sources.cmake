@@ -45,6 +45,7 @@ set(KEEL_TENSOR_SOURCES
   src/train/op_counter.cpp
   src/optim/optimizer.cpp
   src/optim/qk_clip.cpp
+  src/optim/update_clip.cpp
   src/optim/zero.cpp
   src/train/step_runner.cpp
   src/train/train_state.cpp

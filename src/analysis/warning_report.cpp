@@ -47,7 +47,7 @@ RunSignals read_run_signals(const std::string& run_dir, const std::string& name,
     auto add = [&](const std::string& signal, double v) {
       if (std::isfinite(v)) series[signal].emplace_back(step, v);
     };
-    for (const char* key : {"loss", "grad_norm", "update_ratio"})
+    for (const char* key : {"loss", "grad_norm", "update_ratio", "update_norm"})
       if (rec.contains(key) && is_number(rec[key])) add(key, rec[key].get<double>());
     if (rec.contains("attn") && rec["attn"].is_array() && !rec["attn"].empty()) {
       const auto& attn = rec["attn"];
@@ -114,8 +114,8 @@ std::string warning_markdown(const std::string& sweep_dir, const std::vector<Poi
            "strictly before it (TP), how many did not (FN), and how many runs without the event saw it cross anyway "
            "(FP). Precision and recall carry 95% percentile-bootstrap intervals over runs; the lead is the event's "
            "step minus the crossing's, over the TPs. A signal logged every N steps has a lead resolution of N steps "
-           "(monitor.every for attention, output and per-matrix statistics; train.log_every for loss, grad_norm and "
-           "update_ratio). Each signal's best threshold is shown, ranked by F1 and then lead; every row is in "
+           "(monitor.every for attention, output and per-matrix statistics; train.log_every for loss, grad_norm, "
+           "update_ratio and update_norm). Each signal's best threshold is shown, ranked by F1 and then lead; every row is in "
            "early_warning.csv. With few events the intervals are wide: a ranking over a handful of runs is a "
            "hypothesis, not a finding.\n\n";
     m += strf("### Before %s (%lld of %zu runs)\n\n", ev.title, static_cast<long long>(events), runs.size());

@@ -173,6 +173,8 @@ struct TrainConfig {
   MuonConfig muon;
   OptimizerImpl optimizer_impl = OptimizerImpl::automatic;  // auto | fused | reference
   double grad_clip = 1.0;                  // 0: off
+  std::optional<double> update_clip;       // the optimizer's update clipped to this norm (levanter); null = off
+  bool update_clip_per_param = false;      // one norm per parameter instead of one over all of them
   std::optional<double> ema_decay;         // weight EMA: theta_bar <- b theta_bar + (1 - b) theta each step; null = off
   double z_loss = 0.0;
   bool fp32_head = false;                  // under bf16 autocast the output head's matmul in fp32 (fp32 logits)

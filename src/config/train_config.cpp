@@ -79,6 +79,13 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   s.choice("train.optimizer_impl", &t.optimizer_impl, {},
            "AdamW kernel: fused (at::_fused_adamw_, CPU and CUDA) or the readable reference loop");
   s.real("train.grad_clip", &t.grad_clip, "global gradient-norm clip; 0 = off").min = 0;
+  auto& uc = s.optional_real("train.update_clip", &t.update_clip,
+                             "clip the update the optimizer made to this L2 norm (levanter's clip_update_norm), "
+                             "globally or per parameter; an alternative to train.grad_clip; null = off");
+  uc.min = 0;
+  uc.min_exclusive = true;
+  s.boolean("train.update_clip_per_param", &t.update_clip_per_param,
+            "train.update_clip: one norm per parameter tensor instead of one over all of them");
   auto& ema = s.optional_real("train.ema_decay", &t.ema_decay,
                               "an exponential moving average of the weights, b in theta_bar <- b theta_bar + (1 - b) "
                               "theta after every step (levanter, modded-nanogpt; 0.999 averages about the last 1000 "
@@ -212,6 +219,8 @@ void declare_run_keys(Schema& s, RunConfig& r) {
 
 void check_train(const Config& c, ConfigErrors& e) {
   const auto& t = c.train;
+  if (t.update_clip_per_param && !t.update_clip)
+    e.add("train.update_clip_per_param", "needs train.update_clip, the norm to clip to");
   if (t.qk_clip_tau && c.model.qk_norm.type != NormKind::none)
     e.add("train.qk_clip_tau", "QK-clip rescales W_q and W_k, which model.qk_norm (" + name_of(c.model.qk_norm.type) +
                                    ") normalises away; use one or the other");
@@ -223,6 +232,8 @@ void check_train(const Config& c, ConfigErrors& e) {
       e.add("train.cuda_graph", "monitor.on_spike: rewind restores weights and optimizer state under a captured "
                                 "graph, which is not supported");
     if (c.monitor.layer_grad_norms) e.add("train.cuda_graph", "monitor.layer_grad_norms" + why);
+    if (t.update_clip) e.add("train.cuda_graph", "train.update_clip keeps the weights before the update outside "
+                                                 "the optimizer, which the captured step does not");
     if (t.qk_clip_tau) e.add("train.cuda_graph", "train.qk_clip_tau" + why);
     if (c.model.sigma_reparam) e.add("train.cuda_graph", "model.sigma_reparam" + why);
     if (c.dist.zero > 0)

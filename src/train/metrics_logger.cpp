@@ -103,6 +103,8 @@ void MetricsLogger::write(const StepPlan& plan, const Interval& in, const Device
   if (std::isfinite(r.param_norm)) {
     rec["param_norm"] = r.param_norm;
     rec["update_ratio"] = r.update_ratio;
+    rec["update_norm"] = r.update_norm;
+    if (std::isfinite(r.update_norm_preclip)) rec["update_norm_preclip"] = r.update_norm_preclip;
   }
   if (!r.layer_grad_norms.is_null()) rec["layer_grad_norms"] = r.layer_grad_norms;
   if (!r.param_stats.is_null()) rec["params"] = r.param_stats;

@@ -27,6 +27,8 @@ struct StepReport {
   nlohmann::json stats;              // monitor steps: collect_model_stats (attn, output)
   double param_norm = NAN;           // logged steps: |W| after the update
   double update_ratio = NAN;         // |dW| / |W|
+  double update_norm = NAN;          // |dW|, the update as applied (after train.update_clip)
+  double update_norm_preclip = NAN;  // train.update_clip: the optimizer's update before it was clipped
   nlohmann::json layer_grad_norms;   // monitor.layer_grad_norms on logged steps
   nlohmann::json param_stats;        // monitor steps: per-matrix optimizer statistics (monitor/param_stats.h)
 };

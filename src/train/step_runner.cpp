@@ -5,6 +5,7 @@
 #include "config/schema.h"
 #include "model/chunked_loss.h"
 #include "optim/grad_norms.h"
+#include "optim/update_clip.h"
 #include "util/log.h"
 
 #ifdef KEEL_WITH_CUDA
@@ -141,7 +142,20 @@ StepClip StepRunner::clip(const torch::Tensor& loss) const {
   return out;
 }
 
-void StepRunner::update(double lr, const torch::Tensor& found_inf) { optimizer_.step(lr, found_inf); }
+void StepRunner::update(double lr, const torch::Tensor& found_inf) {
+  if (!cfg_.train.update_clip) {
+    optimizer_.step(lr, found_inf);
+    return;
+  }
+  std::vector<torch::Tensor> before;  // train.update_clip: the weights the update is measured from
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : optimizer_.params()) before.push_back(p.param.detach().clone());
+  }
+  optimizer_.step(lr, found_inf);
+  last_update_norm_ = clip_update(optimizer_.params(), before, *cfg_.train.update_clip,
+                                  cfg_.train.update_clip_per_param);
+}
 
 StepResult StepRunner::graphed_step(const DeviceBatch& batch, double lr) {
 #ifdef KEEL_WITH_CUDA

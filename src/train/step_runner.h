@@ -69,6 +69,8 @@ class StepRunner {
   // `loss` is the step's loss as the caller sees it (all-reduced when data parallel).
   StepClip clip(const torch::Tensor& loss) const;
   void update(double lr, const torch::Tensor& found_inf);
+  // train.update_clip: the norm of the last update before it was clipped (a device scalar; undefined without it).
+  const torch::Tensor& last_update_norm() const { return last_update_norm_; }
 
   // train.cuda_graph: begin_step .. update as warm-up, capture or replay. The
   // tensors returned after capture are the graph's own and are overwritten by
@@ -82,6 +84,7 @@ class StepRunner {
  private:
   Transformer model_;
   Optimizer& optimizer_;
+  torch::Tensor last_update_norm_;
   const Config& cfg_;
   ComputeSetup compute_;
   int64_t micro_batch_;

@@ -383,7 +383,9 @@ void Trainer::measure_update(const std::vector<torch::Tensor>& before, StepRepor
   auto update = torch::stack(torch::_foreach_norm(delta, 2.0, norm_dtype(delta))).norm();
   auto weights = torch::stack(torch::_foreach_norm(now, 2.0, norm_dtype(now))).norm();
   report.param_norm = weights.item<double>();
-  report.update_ratio = (update / weights).item<double>();
+  report.update_norm = update.item<double>();
+  report.update_ratio = report.update_norm / report.param_norm;
+  if (parts_.runner->last_update_norm().defined()) report.update_norm_preclip = parts_.runner->last_update_norm().item<double>();
 }
 
 // Gradient L2 norm of each block ("blocks.N.*") and of everything else

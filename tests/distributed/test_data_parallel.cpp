@@ -365,6 +365,17 @@ TEST_F(DataParallel, ZeroOneGivesTheReplicatedNumbersAndResumesOnOtherWorldSizes
   expect_same_losses("rep2", "z3on2", 1e-4, 7);
 }
 
+// train.update_clip (issue 54) under data parallelism: every rank holds the
+// whole update after the step (ZeRO-1 broadcasts the owners' parameters), so
+// each clips it alike, and two ranks give one rank's losses.
+TEST_F(DataParallel, UpdateClipOnTwoWorkersGivesTheLossesOfOne) {
+  const std::string clip = "--set train.update_clip=0.02 ";
+  std::string out;
+  ASSERT_EQ(run_keel(train_args("uclip_one", clip), &out), 0) << out;
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("uclip_two", clip + "--set dist.zero=1"), &out), 0) << out;
+  expect_same_losses("uclip_one", "uclip_two", 1e-4, 1);
+}
+
 TEST_F(DataParallel, OneWorkerThroughTheLauncherIsAGroupOfOne) {
   std::string out;
   ASSERT_EQ(run_keel("launch --nproc 1 -- " + train_args("launch_one"), &out), 0) << out;

@@ -1005,3 +1005,22 @@ TEST_F(TrainCli, AverageOfTheLastCheckpointsIsTheirMean) {
   EXPECT_TRUE(keel::path_exists(run_path("avg_src") + "/averages/last2_step12/checkpoints/step_00000012/manifest.json"));
 }
 
+// train.update_clip (issue 54): every logged update is at most the bound,
+// the record carries the optimizer's own update norm beside it, and the
+// update norm is a signal keel report's early-warning section scores.
+TEST_F(TrainCli, UpdateClipBoundsEveryUpdate) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("uclip", "--set train.update_clip=0.01"), &out), 0) << out;
+  int logged = 0;
+  for (const auto& r : read_jsonl(run_path("uclip") + "/metrics.jsonl")) {
+    if (!r.contains("update_norm")) continue;
+    ++logged;
+    EXPECT_LE(r["update_norm"].get<double>(), 0.01 * (1 + 1e-4)) << r.dump();
+    EXPECT_GT(r["update_norm_preclip"].get<double>(), r["update_norm"].get<double>()) << r.dump();
+  }
+  EXPECT_EQ(logged, 12);
+  // Per parameter: refused without a norm, and named.
+  EXPECT_EQ(run_keel(args("uclip_bad", "--set train.update_clip_per_param=true"), &out), 2) << out;
+  EXPECT_NE(out.find("train.update_clip_per_param: needs train.update_clip"), std::string::npos) << out;
+}
+
