@@ -437,6 +437,54 @@ def main():
         sens = list(csv.DictReader((out_dir / "lr_sensitivity.csv").open()))
         size_plots(rows, sens, init, attn_threshold, plots)
 
+    cooldown_plot(manifest, curves, plots)
+
+
+def point_config(manifest, name):
+    """A point's resolved config as the manifest keeps it: the first point's, with this one's differences."""
+    config = dict(manifest.get("config", {}))
+    for p in manifest.get("points", []):
+        if p.get("name") == name:
+            config.update(p.get("differs", {}))
+    return config
+
+
+def cooldown_plot(manifest, curves, plots):
+    """Cooldown branches (train.cooldown_steps): loss against tokens for each trunk and its branches."""
+    branches = {}
+    for point, (r, recs, _) in curves.items():
+        cfg = point_config(manifest, point)
+        if number(cfg.get("train.cooldown_steps", "0")) > 0 and cfg.get("train.cooldown_from", "").strip('"'):
+            branches.setdefault(cfg["train.cooldown_from"].strip('"'), []).append((point, cfg, recs))
+    if not branches:
+        return
+    fig, axes = plt.subplots(1, len(branches), figsize=(6.4 * len(branches), 4.4), squeeze=False, layout="constrained")
+    for ax, (trunk, points) in zip(axes[0], sorted(branches.items())):
+        trunk_recs = read_jsonl(Path(trunk) / "metrics.jsonl")
+        pts = [(x["tokens"], x["loss"]) for x in trunk_recs if isinstance(x.get("loss"), (int, float)) and "tokens" in x]
+        if pts:
+            ax.plot(*zip(*pts), color="0.4", linewidth=1.2, label="trunk")
+        vals = [(x["tokens"], x["val_loss"]) for x in trunk_recs if isinstance(x.get("val_loss"), (int, float))]
+        if vals:
+            ax.plot(*zip(*vals), "o", color="0.4", markersize=4)
+        ats = sorted({number(c["train.cooldown_at"]) for _, c, _ in points})
+        for point, cfg, recs in sorted(points, key=lambda p: (number(p[1]["train.cooldown_at"]), p[0])):
+            c = plt.get_cmap("plasma")(0.15 + 0.7 * ats.index(number(cfg["train.cooldown_at"])) / max(1, len(ats) - 1))
+            pts = [(x["tokens"], x["loss"]) for x in recs if isinstance(x.get("loss"), (int, float)) and "tokens" in x]
+            if pts:
+                ax.plot(*zip(*pts), color=c, linewidth=1,
+                        label=f"from {int(number(cfg['train.cooldown_at']))}, {int(number(cfg['train.cooldown_steps']))} "
+                              f"steps {cfg.get('train.cooldown_shape', '').strip(chr(34))}")
+            vals = [(x["tokens"], x["val_loss"]) for x in recs if isinstance(x.get("val_loss"), (int, float))]
+            if vals:
+                ax.plot(*vals[-1], "o", color=c, markersize=5)
+        ax.set_title(f"trunk {Path(trunk).name} and its cooldown branches")
+        ax.set_xlabel("tokens")
+        ax.set_ylabel("training loss (dots: validation)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    save(fig, plots, "cooldown")
+
 
 if __name__ == "__main__":
     main()

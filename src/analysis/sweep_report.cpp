@@ -732,6 +732,8 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
                                "panel per peak LR, one line per condition (log y; dashed: the instability threshold)."},
       {"layer_update_ratio", "Per variant, at its largest LR: each block's update/weight RMS ratio (mean over the "
                              "block's matrices) at the monitor steps, one line per block (monitor.param_stats)."},
+      {"cooldown", "Cooldown branches (train.cooldown_steps): training loss against tokens for each trunk (grey) "
+                   "and its branches (colour: the step they branch at); dots are validation losses."},
       {"adam_eps_share", "Share of Adam's second-moment entries with sqrt(v_hat) under eps (mean over tensors), per "
                          "variant, one curve per LR (Wortsman et al. 2023, §3.4)."}};
   for (const auto& p : plots) {
@@ -795,7 +797,7 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
   const int code = options.plots ? draw_plots("scripts/plots/plot_sweep.py", {sweep_dir, out}, out, options.python,
                                               {"loss_vs_lr", "loss_curves", "attn_logit", "grad_norm", "output_logit",
                                                "loss_vs_lr_by_size", "lr_sensitivity_vs_params", "attn_logit_vs_params",
-                                               "best_lr_vs_size", "layer_update_ratio", "adam_eps_share"},
+                                               "best_lr_vs_size", "layer_update_ratio", "adam_eps_share", "cooldown"},
                                               &plots, &note)
                                  : 0;
   // A hand-written reading of the results (OUT_DIR/README.md, or notes.md as

@@ -34,6 +34,8 @@ enum class DeviceChoice { automatic, cpu, cuda };
 KEEL_CHOICE(DeviceChoice, "auto", "cpu", "cuda");
 enum class ScheduleKind { cosine, linear, constant, wsd };
 KEEL_CHOICE(ScheduleKind, "cosine", "linear", "constant", "wsd");
+enum class CooldownShape { linear, cosine, one_minus_sqrt };
+KEEL_CHOICE(CooldownShape, "linear", "cosine", "1-sqrt");
 enum class OptimizerImpl { automatic, fused, reference };
 KEEL_CHOICE(OptimizerImpl, "auto", "fused", "reference");
 enum class OptimizerKind { adamw, muon };
@@ -163,6 +165,15 @@ struct TrainConfig {
   int64_t warmup_steps = 50;
   ScheduleKind schedule = ScheduleKind::cosine;  // cosine | linear | constant | wsd
   double decay_fraction = 0.2;             // wsd: fraction of steps in the final decay
+  // A cooldown branch (Hägele et al. 2024): after step cooldown_at the LR
+  // decays from the schedule's value there to 0 over cooldown_steps, and the
+  // run ends; from cooldown_from's checkpoint of that step when it is given.
+  int64_t cooldown_steps = 0;              // 0: off
+  int64_t cooldown_at = 0;                 // the step the cooldown starts after
+  CooldownShape cooldown_shape = CooldownShape::linear;
+  std::string cooldown_from = "";          // the trunk: a run directory with a checkpoint of step cooldown_at
+  // The run's last step: cooldown_at + cooldown_steps with a cooldown, else max_steps.
+  int64_t end_step() const { return cooldown_steps > 0 ? cooldown_at + cooldown_steps : max_steps; }
   double weight_decay = 0.1;
   bool independent_weight_decay = false;   // Wortsman et al.: decay not multiplied by lr/peak_lr
   bool decay_embeddings = false;

@@ -34,6 +34,18 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   auto& df = s.real("train.decay_fraction", &t.decay_fraction, "wsd: fraction of steps spent decaying");
   df.min = 0;
   df.max = 1;
+  s.integer("train.cooldown_steps", &t.cooldown_steps,
+            "a cooldown branch (Hägele et al. 2024): after train.cooldown_at the LR decays from the schedule's "
+            "value there to 0 over this many steps, and the run ends (train.max_steps still shapes the schedule "
+            "before it); 0 = off")
+      .min = 0;
+  s.integer("train.cooldown_at", &t.cooldown_at, "the step the cooldown starts after").min = 0;
+  s.choice("train.cooldown_shape", &t.cooldown_shape, {},
+           "the decay: linear (1 - x), cosine ((1 + cos(pi x)) / 2) or 1-sqrt (1 - sqrt(x)), x the cooldown's "
+           "fraction done");
+  s.text("train.cooldown_from", &t.cooldown_from,
+         "the trunk to branch from: a run directory with a checkpoint of step train.cooldown_at (weights, "
+         "optimizer state, data position); empty: this run cools down its own training");
   s.real("train.weight_decay", &t.weight_decay, "AdamW decoupled weight decay").min = 0;
   s.boolean("train.independent_weight_decay", &t.independent_weight_decay,
             "decay scaled by lr/peak_lr instead of lr (Wortsman et al. 2023)");
@@ -219,6 +231,13 @@ void declare_run_keys(Schema& s, RunConfig& r) {
 
 void check_train(const Config& c, ConfigErrors& e) {
   const auto& t = c.train;
+  if (t.cooldown_steps == 0 && (t.cooldown_at != 0 || !t.cooldown_from.empty()))
+    e.add(t.cooldown_at != 0 ? "train.cooldown_at" : "train.cooldown_from", "only used with train.cooldown_steps > 0");
+  if (t.cooldown_steps > 0 && t.cooldown_at < 1)
+    e.add("train.cooldown_at", "must be a step >= 1 after which the cooldown starts (got " +
+                                   std::to_string(t.cooldown_at) + ")");
+  if (!t.cooldown_from.empty() && !t.init_from.empty())
+    e.add("train.cooldown_from", "conflicts with train.init_from: a branch starts from its trunk's checkpoint");
   if (t.update_clip_per_param && !t.update_clip)
     e.add("train.update_clip_per_param", "needs train.update_clip, the norm to clip to");
   if (t.qk_clip_tau && c.model.qk_norm.type != NormKind::none)

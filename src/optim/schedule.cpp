@@ -6,6 +6,19 @@
 namespace keel {
 
 double lr_at(const TrainConfig& t, int64_t step) {
+  if (t.cooldown_steps > 0 && step >= t.cooldown_at) {
+    // From the schedule's value at the branch point to 0 over cooldown_steps:
+    // the branch's first step keeps it, x = (step - at) / steps.
+    TrainConfig trunk = t;
+    trunk.cooldown_steps = 0;
+    const double base = lr_at(trunk, t.cooldown_at);
+    const double x = std::min(1.0, static_cast<double>(step - t.cooldown_at) / static_cast<double>(t.cooldown_steps));
+    switch (t.cooldown_shape) {
+      case CooldownShape::linear: return base * (1.0 - x);
+      case CooldownShape::cosine: return base * 0.5 * (1.0 + std::cos(M_PI * x));
+      case CooldownShape::one_minus_sqrt: return base * (1.0 - std::sqrt(x));
+    }
+  }
   if (step < t.warmup_steps) return t.lr * static_cast<double>(step + 1) / static_cast<double>(t.warmup_steps);
   if (t.schedule == ScheduleKind::constant) return t.lr;
   if (t.schedule == ScheduleKind::wsd) {

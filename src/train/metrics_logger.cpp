@@ -82,7 +82,7 @@ void MetricsLogger::write(const StepPlan& plan, const Interval& in, const Device
   }
   const double elapsed = elapsed_s();
   const int64_t done = step - start_step_;
-  const double eta = done > 0 ? (elapsed - earlier_s_) / done * static_cast<double>(cfg_.train.max_steps - step) : NAN;
+  const double eta = done > 0 ? (elapsed - earlier_s_) / done * static_cast<double>(cfg_.train.end_step() - step) : NAN;
 
   nlohmann::json rec = {{"step", step},
                         {"tokens", step * geometry_.tokens_per_step()},
@@ -143,7 +143,7 @@ void MetricsLogger::write(const StepPlan& plan, const Interval& in, const Device
   const std::string stop_text = regular ? "" : " | stop (" + why + ")";
   run_.log->info(strf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %s tok/s | %.1f ms%s | MFU %.1f%%%s%s | "
                       "%s < %s%s",
-                      static_cast<long long>(step), static_cast<long long>(cfg_.train.max_steps), loss, r.lr,
+                      static_cast<long long>(step), static_cast<long long>(cfg_.train.end_step()), loss, r.lr,
                       c.grad_norm, si(tok_s).c_str(), step_ms, comm_text.c_str(), 100 * mfu, val_text.c_str(),
                       monitor_text.c_str(), hms(elapsed).c_str(), hms(eta).c_str(), stop_text.c_str()));
 }

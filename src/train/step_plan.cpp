@@ -14,7 +14,7 @@ bool every(int64_t step, int64_t n) { return n > 0 && step % n == 0; }
 StepPlan plan_step(const Config& cfg, int64_t index, bool cpu, bool has_val) {
   StepPlan p;
   p.step = index + 1;
-  p.last = p.step == cfg.train.max_steps;
+  p.last = p.step == cfg.train.end_step();
   p.eval = has_val && (p.last || every(p.step, cfg.train.eval_every));
   p.tasks = (!cfg.eval.tasks.empty() || !cfg.eval.sets.empty()) && (p.last || every(p.step, task_eval_every(cfg)));
   p.monitor = every(p.step, cfg.monitor.every);

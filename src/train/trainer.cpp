@@ -48,9 +48,9 @@ int Trainer::run() {
   setup();
   print_settings();
   metrics_->start(start_step_);  // writes the records a full disk kept from the attempt resumed
-  if (start_step_ >= cfg_.train.max_steps) {
-    run_->log->info(strf("nothing to do: the checkpoint is at step %lld and train.max_steps is %lld",
-                         static_cast<long long>(start_step_), static_cast<long long>(cfg_.train.max_steps)));
+  if (start_step_ >= cfg_.train.end_step()) {
+    run_->log->info(strf("nothing to do: the checkpoint is at step %lld and the run ends at step %lld",
+                         static_cast<long long>(start_step_), static_cast<long long>(cfg_.train.end_step())));
     steps_done_ = start_step_;
     write_summary("completed");
     return exit_code::ok;
@@ -61,7 +61,7 @@ int Trainer::run() {
   const bool cpu = compute_.device.is_cpu();
   // Rewinds need a checkpoint before any spike: step 0's, for spikes before the first periodic one.
   if (cfg_.monitor.spike_action() == SpikeAction::rewind && start_step_ == 0) save_checkpoint(0);
-  for (int64_t index = start_step_; index < cfg_.train.max_steps; ++index) {
+  for (int64_t index = start_step_; index < cfg_.train.end_step(); ++index) {
     StepPlan plan = plan_step(cfg_, index, cpu, evaluator_->enabled());
     if (dist_->distributed() && vote_cadence_.due(plan.step)) plan.host_sync = true;  // the stop vote's bound
     const StepReport report = train_step(plan);
@@ -200,6 +200,8 @@ void Trainer::setup() {
     // and the abandoned attempt's logs go, so the run reads as one history.
     else collective_phase([&] { truncate_logs_after(0); });
   }
+  // train.cooldown_from: a fresh branch starts from its trunk's checkpoint of step cooldown_at.
+  if (start_step_ == 0 && !cfg_.train.cooldown_from.empty()) collective_phase([&] { start_from_trunk(); });
   // train.init_from (e.g. a `keel import-hf` directory): a fresh run starts from its weights.
   if (start_step_ == 0 && !cfg_.train.init_from.empty())
     collective_phase([&] { run_->log->info("initial weights from " + load_init_weights(cfg_, parts_.model)); });
@@ -237,6 +239,11 @@ void Trainer::print_settings() {
   for (const auto& line : parts_.optimizer->describe()) row("", line);
   row("schedule", name_of(t.schedule) + ", warm-up " + std::to_string(t.warmup_steps) + ", " + std::to_string(t.max_steps) +
                       " steps");
+  if (t.cooldown_steps > 0)
+    row("cooldown", strf("after step %lld, %s to 0 over %lld steps; the run ends at step %lld%s",
+                         static_cast<long long>(t.cooldown_at), name_of(t.cooldown_shape).c_str(),
+                         static_cast<long long>(t.cooldown_steps), static_cast<long long>(t.end_step()),
+                         t.cooldown_from.empty() ? "" : (", branched from " + t.cooldown_from).c_str()));
   row("train tokens", si(static_cast<double>(train_data_->tokens())));
   if (cfg_.data.document_mask || cfg_.data.align != WindowAlign::none)
     row("documents", std::string(cfg_.data.document_mask ? "attention masked per document" : "attention crosses documents") +
@@ -662,6 +669,12 @@ void Trainer::write_summary(const std::string& stopped_by) {
                       {"data_skips", data_skips_.to_json()}};
   if (tasks_ && !tasks_->last().is_null()) s["tasks"] = tasks_->last();
   if (ema_) s["ema"] = ema_->summary();
+  if (cfg_.train.cooldown_steps > 0)
+    s["cooldown"] = {{"at", cfg_.train.cooldown_at},
+                     {"steps", cfg_.train.cooldown_steps},
+                     {"shape", name_of(cfg_.train.cooldown_shape)},
+                     {"parent_run", cfg_.train.cooldown_from.empty() ? nlohmann::json() : nlohmann::json(cfg_.train.cooldown_from)},
+                     {"parent_checkpoint", parent_checkpoint_.empty() ? nlohmann::json() : nlohmann::json(parent_checkpoint_)}};
   if (!evaluator_->last_sets().is_null()) s["sets"] = evaluator_->last_sets();
   s.update(stability_->summary());
   if (const Mixture* mix = train_data_->mixture()) {  // what each source actually gave this run

@@ -38,6 +38,35 @@ void Trainer::resume_from_checkpoint(const std::string& dir) {
   }
 }
 
+void Trainer::start_from_trunk() {
+  const auto& t = cfg_.train;
+  if (!path_exists(t.cooldown_from + "/checkpoints"))
+    throw ConfigError([&] {
+      ConfigErrors e;
+      e.add("train.cooldown_from", t.cooldown_from + " is not a keel run directory with checkpoints");
+      return e;
+    }());
+  std::vector<std::string> rejected;
+  std::string dir, steps;
+  for (const auto& [step, d] : CheckpointStore(t.cooldown_from).list_valid(VerifyLevel::checksums, &rejected)) {
+    steps += (steps.empty() ? "" : ", ") + std::to_string(step);
+    if (step == t.cooldown_at) dir = d;
+  }
+  if (dir.empty())
+    throw ConfigError([&] {
+      ConfigErrors e;
+      e.add("train.cooldown_at", std::to_string(t.cooldown_at) + ": " + t.cooldown_from +
+                                     " has no valid checkpoint of that step (checkpoints at: " +
+                                     (steps.empty() ? "none" : steps) + ")");
+      return e;
+    }());
+  restore_checkpoint(dir, /*branch=*/false, "cooldown");
+  parent_checkpoint_ = dir;
+  run_->log->info(strf("cooldown branch of %s from step %lld: the LR decays to 0 over %lld steps (%s)", dir.c_str(),
+                       static_cast<long long>(start_step_), static_cast<long long>(t.cooldown_steps),
+                       name_of(t.cooldown_shape).c_str()));
+}
+
 void Trainer::resume_from_checkpoint_unchecked(const std::string& dir) {
   restore_checkpoint(dir, /*branch=*/opts_.resume != "auto", "resume");
   run_->log->info(strf("resumed from %s at step %lld", dir.c_str(), static_cast<long long>(start_step_)));
@@ -46,7 +75,11 @@ void Trainer::resume_from_checkpoint_unchecked(const std::string& dir) {
 void Trainer::restore_checkpoint(const std::string& dir, bool branch, const std::string& why) {
   CheckpointStore::verify(dir);  // a corrupted checkpoint is named before anything else
   Config saved = checkpoint_config(dir);
-  ConfigDiff diff = diff_for_resume(saved, cfg_, opts_.fork_changes);
+  std::vector<std::string> changes = opts_.fork_changes;
+  if (why == "cooldown")  // a branch differs from its trunk in these, and its name and place
+    changes.insert(changes.end(), {"train.cooldown_steps", "train.cooldown_at", "train.cooldown_shape",
+                                   "train.cooldown_from"});
+  ConfigDiff diff = diff_for_resume(saved, cfg_, changes);
   if (!diff.refused.empty()) {
     std::string list;
     for (const auto& d : diff.refused) list += "\n  " + d;
@@ -70,6 +103,8 @@ void Trainer::restore_checkpoint(const std::string& dir, bool branch, const std:
   const auto& extra = state.extra;
   evaluator_->load_state(extra);
   if (tasks_) tasks_->load_state(extra);
+  if (why != "cooldown" && extra.contains("cooldown_parent") && extra["cooldown_parent"].is_string())
+    parent_checkpoint_ = extra["cooldown_parent"].get<std::string>();
   if (ema_) {  // the average continues exactly; a checkpoint without one starts it at the next step
     const auto saved = load_checkpoint_ema(dir);
     if (!saved.empty()) ema_->load_state(saved, dir + "/ema.safetensors");
@@ -183,6 +218,7 @@ void Trainer::save_checkpoint(int64_t steps_done) {
                  {"device_counters", counters_->snapshot()}};  // sync point; the open logging interval's sums
   evaluator_->save_state(state.extra);
   if (tasks_) tasks_->save_state(state.extra);
+  if (!parent_checkpoint_.empty()) state.extra["cooldown_parent"] = parent_checkpoint_;
   if (ema_) {
     ema_->save_state(state.extra);
     state.ema = ema_->state();

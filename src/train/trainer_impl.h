@@ -63,6 +63,10 @@ class Trainer {
   // The state of checkpoint `dir`; with `branch`, newer checkpoints and log
   // records move to branches/ (branch_off). Shared by resume and rewind.
   void restore_checkpoint(const std::string& dir, bool branch, const std::string& why);
+  // train.cooldown_from: the trunk's checkpoint of step cooldown_at, as a
+  // resume of it with the cooldown keys allowed to differ (trainer_checkpoint.cpp).
+  void start_from_trunk();
+  std::string parent_checkpoint_;  // the trunk checkpoint a cooldown branch started from
   void log_step(const StepPlan& plan, const StepReport& report);
   void setup_tasks(const DataManifest& data);
   nlohmann::json evaluate_tasks(const StepPlan& plan);

@@ -376,6 +376,18 @@ TEST_F(DataParallel, UpdateClipOnTwoWorkersGivesTheLossesOfOne) {
   expect_same_losses("uclip_one", "uclip_two", 1e-4, 1);
 }
 
+// A cooldown branch (issue 54) on two workers, from a one-worker trunk's
+// checkpoint: the losses of the same branch on one worker.
+TEST_F(DataParallel, CooldownBranchOnTwoWorkersGivesTheLossesOfOne) {
+  std::string out;
+  ASSERT_EQ(run_keel(train_args("cd_trunk", "--set train.schedule=constant --set checkpoint.every=6"), &out), 0) << out;
+  const std::string branch = "--set train.schedule=constant --set train.cooldown_steps=6 --set train.cooldown_at=6 "
+                             "--set train.cooldown_from=" + run_path("cd_trunk") + " ";
+  ASSERT_EQ(run_keel(train_args("cd_one", branch), &out), 0) << out;
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " + train_args("cd_two", branch + "--set dist.zero=1"), &out), 0) << out;
+  expect_same_losses("cd_one", "cd_two", 1e-4, 7);
+}
+
 TEST_F(DataParallel, OneWorkerThroughTheLauncherIsAGroupOfOne) {
   std::string out;
   ASSERT_EQ(run_keel("launch --nproc 1 -- " + train_args("launch_one"), &out), 0) << out;

@@ -57,3 +57,30 @@ TEST(Schedule, NoWarmup) {
   t.warmup_steps = 0;
   EXPECT_DOUBLE_EQ(lr_at(t, 0), 1.0);
 }
+
+// Cooldown branches (issue 54, Hägele et al. 2024): from the trunk's LR at
+// the branch point to 0 over cooldown_steps, in each shape; the trunk's
+// schedule before it is untouched.
+TEST(Schedule, CooldownDecaysFromTheBranchPointToZero) {
+  auto t = sched("cosine");
+  const double at40 = lr_at(t, 40);  // the trunk's LR at the branch point
+  t.cooldown_steps = 20;
+  t.cooldown_at = 40;
+  for (int64_t s : {0, 9, 25, 39}) EXPECT_DOUBLE_EQ(lr_at(t, s), lr_at(sched("cosine"), s)) << s;
+  EXPECT_DOUBLE_EQ(lr_at(t, 40), at40);  // the branch's first step keeps it
+  EXPECT_NEAR(lr_at(t, 45), at40 * (1 - 0.25), 1e-12);
+  EXPECT_NEAR(lr_at(t, 60), 0.0, 1e-12);
+  t.cooldown_shape = CooldownShape::cosine;
+  EXPECT_NEAR(lr_at(t, 45), at40 * 0.5 * (1 + std::cos(M_PI * 0.25)), 1e-12);
+  EXPECT_NEAR(lr_at(t, 50), at40 * 0.5, 1e-12);
+  t.cooldown_shape = CooldownShape::one_minus_sqrt;
+  EXPECT_NEAR(lr_at(t, 45), at40 * (1 - 0.5), 1e-12);
+  EXPECT_NEAR(lr_at(t, 59), at40 * (1 - std::sqrt(19.0 / 20.0)), 1e-12);
+  EXPECT_EQ(t.end_step(), 60);
+  // A WSD trunk in its stable phase: the branch starts at the peak.
+  auto wsd = sched("wsd");
+  wsd.cooldown_steps = 10;
+  wsd.cooldown_at = 50;
+  EXPECT_DOUBLE_EQ(lr_at(wsd, 50), 1.0);
+  EXPECT_NEAR(lr_at(wsd, 55), 0.5, 1e-12);
+}

@@ -254,6 +254,31 @@ TEST_F(SweepCli, EdgeSearchReusesTheGridAndBracketsTheEdgeOfEverySeed) {
   EXPECT_NE(log.find("edge seed=2: found, trains at"), std::string::npos) << log;
 }
 
+// Cooldown branches as a sweep (issue 54): a grid over the branch point and
+// the cooldown's length, every point a branch of one trunk; keel report draws
+// the trunk and its branches against tokens.
+TEST_F(SweepCli, CooldownBranchesAreAGridAndTheReportDrawsThem) {
+  std::string log;
+  const std::string trunk = g_dir + "/cd_trunk";
+  ASSERT_EQ(run_keel("train " + g_dir + "/base.yaml --set run.out_dir=" + g_dir + " --set run.name=cd_trunk "
+                     "--set train.schedule=constant --set train.max_steps=6 --set checkpoint.every=2 --set checkpoint.keep_last=5",
+                     &log),
+            0)
+      << log;
+  write_file(g_dir + "/cooldown.yaml", "base: base.yaml\nout_dir: " + out("cooldown") +
+                                          "\nset: {train.schedule: constant, train.max_steps: 6, train.cooldown_from: " +
+                                          trunk + "}\ngrid:\n  train.cooldown_at: [2, 4]\n  train.cooldown_steps: [1, 2]\n");
+  ASSERT_EQ(run_keel("sweep " + g_dir + "/cooldown.yaml --parallel 2", &log), 0) << log;
+  for (const char* p : {"cooldown_at=2_cooldown_steps=1", "cooldown_at=4_cooldown_steps=2"}) {
+    const auto s = read_json(out("cooldown") + "/" + p + "/summary.json");
+    EXPECT_EQ(s["cooldown"]["parent_run"], trunk) << p;
+  }
+  EXPECT_EQ(read_json(out("cooldown") + "/cooldown_at=4_cooldown_steps=2/summary.json")["steps"], 6);
+  ASSERT_EQ(run_keel("report " + out("cooldown"), &log), 0) << log;
+  EXPECT_TRUE(keel::path_exists(out("cooldown") + "/plots/cooldown.png")) << log;
+  EXPECT_NE(read_file(out("cooldown") + "/report.md").find("![cooldown](plots/cooldown.png)"), std::string::npos);
+}
+
 // Seeds (issue 17, section 2): divergence as k/N with a Wilson interval, loss
 // and perplexity as mean ± sd, bootstrap intervals over seeds, and the plot's
 // error band.

@@ -1024,3 +1024,49 @@ TEST_F(TrainCli, UpdateClipBoundsEveryUpdate) {
   EXPECT_NE(out.find("train.update_clip_per_param: needs train.update_clip"), std::string::npos) << out;
 }
 
+// Cooldown branches (issue 54): a branch from the trunk's checkpoint at step
+// 8 decays the LR to 0 over 4 steps by its formula, records its parent,
+// resumes exactly, and a branch point without a checkpoint is refused naming
+// the steps there are.
+TEST_F(TrainCli, CooldownBranchFollowsItsScheduleAndResumesExactly) {
+  std::string out;
+  const std::string trunk_keys = "--set train.schedule=constant ";
+  ASSERT_EQ(run_keel(args("cd_trunk", trunk_keys), &out), 0) << out;  // checkpoints at 4, 8, 12
+  const std::string branch = trunk_keys + "--set train.cooldown_steps=4 --set train.cooldown_at=8 "
+                             "--set train.cooldown_shape=1-sqrt --set train.cooldown_from=" + run_path("cd_trunk") + " ";
+  ASSERT_EQ(run_keel(args("cd_branch", branch), &out), 0) << out;
+  EXPECT_NE(out.find("cooldown branch of " + run_path("cd_trunk") + "/checkpoints/step_00000008"), std::string::npos)
+      << out;
+  const auto recs = read_jsonl(run_path("cd_branch") + "/metrics.jsonl");
+  ASSERT_EQ(recs.size(), 4u) << "steps 9 to 12 only";
+  for (const auto& r : recs) {
+    const double x = (r["step"].get<double>() - 1 - 8) / 4.0;
+    EXPECT_NEAR(r["lr"].get<double>(), 3.0e-3 * (1 - std::sqrt(x)), 1e-12) << r.dump();
+  }
+  const auto summary = read_json(run_path("cd_branch") + "/summary.json");
+  EXPECT_EQ(summary["steps"], 12);
+  EXPECT_EQ(summary["cooldown"]["parent_checkpoint"], run_path("cd_trunk") + "/checkpoints/step_00000008");
+  // Its first step continues the trunk: the same weights, state and batch as the trunk's step 9, another LR.
+  const auto trunk = read_jsonl(run_path("cd_trunk") + "/metrics.jsonl");
+  EXPECT_EQ(trunk[8]["step"], 9);
+  EXPECT_EQ(trunk[8]["loss"], recs[0]["loss"]) << "the loss of step 9 is computed before its update";
+  // Stopped and resumed, the branch ends as the uninterrupted one did, and still knows its parent.
+  ASSERT_EQ(run_keel(args("cd_halves", branch + "--stop-after-step 10"), &out), 0) << out;
+  ASSERT_EQ(run_keel(args("cd_halves", branch + "--resume auto"), &out), 0) << out;
+  const auto halves = read_jsonl(run_path("cd_halves") + "/metrics.jsonl");
+  ASSERT_EQ(halves.size(), recs.size());
+  for (size_t i = 0; i < recs.size(); ++i) EXPECT_EQ(halves[i]["loss"], recs[i]["loss"]) << i;
+  EXPECT_EQ(read_json(run_path("cd_halves") + "/summary.json")["cooldown"]["parent_checkpoint"],
+            summary["cooldown"]["parent_checkpoint"]);
+  // No checkpoint at the branch point: refused, naming the steps there are.
+  EXPECT_EQ(run_keel(args("cd_bad", trunk_keys + "--set train.cooldown_steps=4 --set train.cooldown_at=6 "
+                                                 "--set train.cooldown_from=" + run_path("cd_trunk")),
+                     &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("train.cooldown_at: 6: " + run_path("cd_trunk") + " has no valid checkpoint of that step "
+                     "(checkpoints at: 4, 8, 12)"),
+            std::string::npos)
+      << out;
+}
+
