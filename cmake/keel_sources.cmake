@@ -46,6 +46,7 @@ set(KEEL_TENSOR_SOURCES
   src/optim/optimizer.cpp
   src/optim/qk_clip.cpp
   src/optim/update_clip.cpp
+  src/replay/numerics_diff.cpp
   src/optim/zero.cpp
   src/train/step_runner.cpp
   src/train/train_state.cpp

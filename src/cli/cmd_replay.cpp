@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "replay/numerics_diff.h"
 #include "replay/replay.h"
 
 namespace keel {
@@ -11,6 +12,8 @@ namespace keel {
 Command add_replay_command(CLI::App& app) {
   auto o = std::make_shared<ReplayOptions>();
   auto no_plots = std::make_shared<bool>(false);
+  auto numerics = std::make_shared<bool>(false);
+  auto threshold = std::make_shared<double>(0.1);
   auto* cmd = app.add_subcommand(
       "replay", "why did a spike happen? fork a run from its checkpoint before step N into branches (identical, "
                 "batches skipped, another data order, LR halved, higher precision) and see which spike again");
@@ -26,8 +29,22 @@ Command add_replay_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads per branch; 0 = all cores")->capture_default_str();
   cmd->add_flag("--no-plots", *no_plots, "do not draw plots/replay.png");
   cmd->add_option("--python", o->python, "Python interpreter for the plot (default: $KEEL_PYTHON, then .venv)");
-  return [cmd, o, no_plots]() -> int {
+  cmd->add_flag("--numerics", *numerics,
+                "instead of branches: the same steps in the run's precision and in higher ones, compared layer by "
+                "layer (replay/numerics_diff.h); --steps past --step, default 2");
+  cmd->add_option("--threshold", *threshold, "--numerics: the relative difference that counts")->capture_default_str();
+  return [cmd, o, no_plots, numerics, threshold]() -> int {
     if (!*cmd) return -1;
+    if (*numerics) {
+      NumericsOptions n;
+      n.run_dir = o->run_dir;
+      n.step = o->step;
+      n.steps = cmd->count("--steps") ? o->steps : 2;
+      n.from = o->from;
+      n.threshold = *threshold;
+      n.threads = o->threads;
+      return run_numerics_diff(n);
+    }
     o->plots = !*no_plots;
     return run_replay(*o);
   };

@@ -69,8 +69,15 @@ BlockImpl::BlockImpl(const ModelConfig& cfg)
   }
 }
 
+torch::Tensor ActivationRms::observe(const std::string& name, const torch::Tensor& x) {
+  torch::Tensor out = transform ? transform(name, x) : x;
+  add(name, out);
+  return out;
+}
+
 void ActivationRms::add(const std::string& name, const torch::Tensor& x) {
   torch::NoGradGuard no_grad;
+  if (keep) kept.push_back(x.detach().to(torch::kFloat64).clone());
   names.push_back(name);
   values.push_back(x.detach().to(torch::kFloat32).pow(2).mean().sqrt());
   max_abs.push_back(x.detach().abs().amax().to(torch::kFloat32));
@@ -160,7 +167,7 @@ torch::Tensor TransformerImpl::forward_hidden(const torch::Tensor& idx, const Fo
   auto* all_stats = options.attention_stats;
   if (all_stats) all_stats->assign(blocks->size(), AttentionStats{});
   ActivationRms* rms = options.activations;
-  if (rms) rms->add("embed", x);
+  if (rms) x = rms->observe("embed", x);
   for (size_t i = 0; i < blocks->size(); ++i) {
     const std::string prefix = rms ? "block" + std::to_string(i) + "." : "";
     AttentionStats* stats = all_stats ? &(*all_stats)[i] : nullptr;
@@ -178,7 +185,7 @@ torch::Tensor TransformerImpl::forward_hidden(const torch::Tensor& idx, const Fo
     } else {
       x = blocks[i]->as<Block>()->forward(x, rope, stats, rms, prefix, docs.segments.defined() ? &docs : nullptr);
     }
-    if (rms) rms->add(prefix + "out", x);
+    if (rms) x = rms->observe(prefix + "out", x);
   }
   if (final_norm) x = final_norm->forward(x);
   // µP's readout (mup's MuReadout): the head sees x/width_mult, so a wider

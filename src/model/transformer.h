@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <vector>
 
 #include "config/config.h"
@@ -37,7 +38,14 @@ struct ActivationRms {
   std::vector<std::string> names;
   std::vector<torch::Tensor> values;   // RMS
   std::vector<torch::Tensor> max_abs;  // max |x| (outlier features)
+  // keel replay --numerics: keep each activation whole (fp64 copies), and
+  // let a planted fault change the residual stream where it is recorded.
+  bool keep = false;
+  std::vector<torch::Tensor> kept;
+  std::function<torch::Tensor(const std::string&, const torch::Tensor&)> transform;
   void add(const std::string& name, const torch::Tensor& x);
+  // The residual stream at `name`: transformed when a transform is set, then recorded.
+  torch::Tensor observe(const std::string& name, const torch::Tensor& x);
 };
 
 class BlockImpl : public torch::nn::Module {

@@ -209,13 +209,9 @@ bool reproduces(const std::vector<nlohmann::json>& branch_spikes, const std::vec
   return false;
 }
 
-int run_replay(const ReplayOptions& o) {
-  ConfigErrors errors;
-  if (o.step < 1) errors.add("--step", "must be a training step, 1 or more");
-  if (o.steps < 1) errors.add("--steps", "must be 1 or more: the steps each branch runs past the spike");
-  if (o.skip_batches < 0) errors.add("--skip-batches", "must be 0 (through the spike) or more");
-  if (!errors.empty()) throw ConfigError(errors);
-  std::string run_dir = o.run_dir;
+ReplayStart replay_start(const std::string& run_dir_in, int64_t step, int64_t from_step) {
+  ReplayStart start;
+  std::string run_dir = run_dir_in;
   while (run_dir.size() > 1 && run_dir.back() == '/') run_dir.pop_back();
   const std::string config_path = run_dir + "/config.yaml";
   if (!path_exists(config_path))
@@ -224,31 +220,52 @@ int run_replay(const ReplayOptions& o) {
   if (dir_is_locked(run_dir))
     throw RunDirError(run_dir + " is still being trained by another process; replay it once it has stopped");
   const Config cfg = load_config(config_path);
-  if (o.step > cfg.train.max_steps)
-    throw RunDirError(strf("--step %lld is past the run's train.max_steps (%lld)", static_cast<long long>(o.step),
-                           static_cast<long long>(cfg.train.max_steps)));
+  if (step > cfg.train.end_step())
+    throw RunDirError(strf("--step %lld is past the run's %s (%lld)", static_cast<long long>(step),
+                           cfg.train.cooldown_steps > 0 ? "last step, train.cooldown_at + cooldown_steps"
+                                                        : "train.max_steps",
+                           static_cast<long long>(cfg.train.end_step())));
   check_run_logs(run_dir);
 
   // The newest valid checkpoint before the spike.
   CheckpointStore store(run_dir);
   int64_t from = -1;
   std::string from_dir, steps_on_disk;
-  for (const auto& [step, dir] : store.list_valid(VerifyLevel::sizes)) {
-    steps_on_disk += (steps_on_disk.empty() ? "" : ", ") + std::to_string(step);
-    if (o.from >= 0 ? step == o.from : step < o.step && step > from) {
-      from = step;
+  for (const auto& [s, dir] : store.list_valid(VerifyLevel::sizes)) {
+    steps_on_disk += (steps_on_disk.empty() ? "" : ", ") + std::to_string(s);
+    if (from_step >= 0 ? s == from_step : s < step && s > from) {
+      from = s;
       from_dir = dir;
     }
   }
-  if (o.from >= 0 && (from < 0 || o.from >= o.step))
+  if (from_step >= 0 && (from < 0 || from_step >= step))
     throw RunDirError(strf("--from %lld: %s has no valid checkpoint of that step before step %lld (checkpoints at: %s)",
-                           static_cast<long long>(o.from), run_dir.c_str(), static_cast<long long>(o.step),
+                           static_cast<long long>(from_step), run_dir.c_str(), static_cast<long long>(step),
                            steps_on_disk.empty() ? "none" : steps_on_disk.c_str()));
   if (from < 0)
     throw RunDirError(strf("no valid checkpoint of %s before step %lld (checkpoints at: %s); a replay forks from one, so "
                            "train with checkpoint.every below the spike's step (and checkpoint.keep_last or keep_every "
-                           "keeping it)", run_dir.c_str(), static_cast<long long>(o.step),
+                           "keeping it)", run_dir.c_str(), static_cast<long long>(step),
                            steps_on_disk.empty() ? "none" : steps_on_disk.c_str()));
+  start.run_dir = run_dir;
+  start.cfg = cfg;
+  start.from = from;
+  start.dir = from_dir;
+  return start;
+}
+
+int run_replay(const ReplayOptions& o) {
+  ConfigErrors errors;
+  if (o.step < 1) errors.add("--step", "must be a training step, 1 or more");
+  if (o.steps < 1) errors.add("--steps", "must be 1 or more: the steps each branch runs past the spike");
+  if (o.skip_batches < 0) errors.add("--skip-batches", "must be 0 (through the spike) or more");
+  if (!errors.empty()) throw ConfigError(errors);
+  const ReplayStart start = replay_start(o.run_dir, o.step, o.from);
+  const std::string& run_dir = start.run_dir;
+  const Config& cfg = start.cfg;
+  const int64_t from = start.from;
+  const std::string& from_dir = start.dir;
+  const std::string config_path = run_dir + "/config.yaml";
   const int64_t last = o.step + o.steps;
   const std::vector<ReplayBranch> branches =
       replay_branches(cfg, read_run_compute(run_dir), from, o.step, o.skip_batches, o.branches);

@@ -77,6 +77,17 @@ std::vector<nlohmann::json> spikes_between(const std::string& run_dir, int64_t f
 // step in (from, last].
 bool reproduces(const std::vector<nlohmann::json>& branch_spikes, const std::vector<std::string>& signals);
 
+// Where a replay starts: the run directory (trailing slashes gone), its
+// config, and its newest valid checkpoint before `step` (or the one of step
+// `from_step` when >= 0). Throws RunDirError naming what is missing.
+struct ReplayStart {
+  std::string run_dir;
+  Config cfg;
+  int64_t from = -1;
+  std::string dir;
+};
+ReplayStart replay_start(const std::string& run_dir, int64_t step, int64_t from_step);
+
 // Returns the exit code: 0 every branch ran, 1 some branch failed, 2 bad
 // input (no checkpoint before N, no run there), 4 plots not drawn.
 int run_replay(const ReplayOptions& options);

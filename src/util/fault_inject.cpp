@@ -45,6 +45,11 @@ TrainFaults TrainFaults::from_environment(int rank) {
   if (spec->point == "loss_x10_at_step") f.loss_x10_at_step = positive(spec->argument);
   if (spec->point == "sigterm_at_step") f.sigterm_at_step = positive(spec->argument);
   if (spec->point == "momentum_x1000_at_step") f.momentum_x1000_at_step = positive(spec->argument);
+  if (spec->point == "fp16_overflow_block") {
+    char* end = nullptr;
+    const long long k = std::strtoll(spec->argument.c_str(), &end, 10);
+    if (!spec->argument.empty() && *end == '\0' && k >= 0) f.fp16_overflow_block = k;
+  }
   if (spec->point == "kill_rank_at_step" || spec->point == "hang_rank_at_step") {
     const size_t colon = spec->argument.find(':');
     if (colon == std::string::npos) return f;

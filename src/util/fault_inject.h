@@ -59,6 +59,9 @@ struct TrainFaults {
   int64_t hang_at_step = 0;  // this rank's
   int64_t sigterm_at_step = 0;
   int64_t momentum_x1000_at_step = 0;
+  // keel replay --numerics: the run's own precision overflows as fp16 would
+  // in block K's output (|x| x 1e5 past 65504 becomes inf); -1 = none.
+  int64_t fp16_overflow_block = -1;
   bool loss_faults() const { return nan_loss_at_step || loss_x10_at_step; }
   static TrainFaults from_environment(int rank);
 };

@@ -388,6 +388,20 @@ TEST_F(DataParallel, CooldownBranchOnTwoWorkersGivesTheLossesOfOne) {
   expect_same_losses("cd_one", "cd_two", 1e-4, 7);
 }
 
+// keel replay --numerics (issue 54) on a run two workers trained: its
+// checkpoint is one logical state and the data order the same, so one
+// process replays the window in bf16, fp32 and fp64.
+TEST_F(DataParallel, NumericsDiffReplaysATwoWorkerRun) {
+  std::string out;
+  ASSERT_EQ(run_keel("launch --nproc 2 -- " +
+                         train_args("nd_two", "--set train.precision=bf16 --set checkpoint.every=6 --set dist.zero=1"),
+                     &out),
+            0)
+      << out;
+  ASSERT_EQ(run_keel("replay " + run_path("nd_two") + " --step 8 --numerics --steps 1", &out), 0) << out;
+  EXPECT_NE(out.find("no quantity differed past the threshold"), std::string::npos) << out;
+}
+
 TEST_F(DataParallel, OneWorkerThroughTheLauncherIsAGroupOfOne) {
   std::string out;
   ASSERT_EQ(run_keel("launch --nproc 1 -- " + train_args("launch_one"), &out), 0) << out;

@@ -174,6 +174,47 @@ TEST(ReplayBranches, AHostileComputeRecordIsRefusedNamingTheFile) {
   keel::remove_tree(dir);
 }
 
+// keel replay --numerics (issue 54): a bf16 run's window against fp32 and
+// fp64, layer by layer. Untouched, no quantity differs past the threshold;
+// with an fp16 overflow planted in block 1's output of the bf16 run, the
+// diff names that block at the window's first step, and block 0 stays close.
+TEST_F(ReplayCli, NumericsDiffFindsAPlantedOverflowInItsBlock) {
+  std::string out;
+  ASSERT_EQ(run_keel("train " + g_dir + "/base.yaml --set run.name=bf16 --set train.precision=bf16 "
+                     "--set model.n_layers=3",
+                     &out),
+            0)
+      << out;
+  const std::string run = g_dir + "/runs/bf16";
+  ASSERT_EQ(run_keel("replay " + run + " --step 22 --numerics --steps 1", &out), 0) << out;
+  auto report = read_json(run + "/branches/numerics-22/numerics.json");
+  EXPECT_EQ(report["precision"], "bf16");
+  EXPECT_EQ(report["compared_with"], nlohmann::json::array({"bf16", "fp32", "fp64"}));
+  EXPECT_TRUE(report["first_difference"].is_null()) << report["first_difference"].dump();
+  ASSERT_EQ(report["steps"].size(), 3u) << "steps 21 (after the checkpoint of step 20) to 23";
+  const auto& s21 = report["steps"][0];
+  EXPECT_NEAR(s21["loss"]["bf16"].get<double>(), s21["loss"]["fp32"].get<double>(), 1e-2);
+  EXPECT_NEAR(s21["loss"]["fp32"].get<double>(), s21["loss"]["fp64"].get<double>(), 1e-5);
+  setenv("KEEL_FAULT_INJECT", "fp16_overflow_block:1", 1);
+  const int rc = run_keel("replay " + run + " --step 22 --numerics --steps 1", &out);
+  unsetenv("KEEL_FAULT_INJECT");
+  ASSERT_EQ(rc, 0) << out;
+  report = read_json(run + "/branches/numerics-22/numerics.json");
+  const auto& first = report["first_difference"];
+  ASSERT_TRUE(first.is_object()) << report.dump();
+  EXPECT_EQ(first["step"], 21);
+  EXPECT_EQ(first["quantity"], "block1.out");
+  EXPECT_EQ(first["against"], "fp32");
+  for (const auto& d : report["steps"][0]["vs_fp32"])
+    if (d["quantity"] == "block0.out") EXPECT_LT(d["relative_difference"].get<double>(), 0.1) << d.dump();
+  EXPECT_NE(read_file(run + "/branches/numerics-22/numerics.md").find("**First difference: step 21, block1.out**"),
+            std::string::npos);
+  // An fp64 run has nothing higher to compare with.
+  ASSERT_EQ(run_keel("train " + g_dir + "/base.yaml --set run.name=f64 --set train.precision=fp64", &out), 0) << out;
+  EXPECT_EQ(run_keel("replay " + g_dir + "/runs/f64 --step 22 --numerics", &out), 2) << out;
+  EXPECT_NE(out.find("trained in fp64 already"), std::string::npos) << out;
+}
+
 TEST_F(ReplayCli, BadInputExitsTwoNamingWhatIsWrong) {
   const std::string run = train_run("plain", "none:0");
   std::string log;
