@@ -37,6 +37,7 @@ In `configs/`:
 | `muonclip.yaml` | MuonClip (Kimi K2): Muon on the matrices, per-head q/k/v, QK-clip τ = 100, no QK-Norm |
 | `qkv-norm.yaml`, `qk-fc-norm.yaml`, `sigma-reparam.yaml`, `logit-clamp.yaml`, `qk-norm-group.yaml` | the other attention-logit stabilisers (docs/papers.md#other-stabilisers) |
 | `soft-temperature.yaml`, `soft-clip.yaml`, `layer-scale.yaml`, `qk-norm-softcap.yaml` | Rybakov et al. 2024's comparison variants: softmax(0.5 s), the clipped softmax, LayerScale 0.1, QK-Norm + softcap 50 |
+| `averaging-trunk.yaml` | the default model at a constant LR after warm-up, weight EMA 0.99, a checkpoint every 200 steps all kept: the trunk for `keel average` and cooldown branches |
 | `gpt2-124m.yaml` | GPT-2-124M-class model for GPUs, bf16, T = 1024 |
 | `bench-cpu-tiny.yaml` | CPU benchmark (`keel bench`, `scripts/bench/bench_compare.sh`): the default model and batch |
 | `bench-cpu.yaml` | CPU benchmark: d_model 512, 8 layers, 8 query / 2 KV heads, T 512, SwiGLU, RMS QK-Norm per head, 4 sequences |
@@ -60,6 +61,9 @@ point; see [sweeps](sweeps.md)) are in `configs/sweeps/`:
 | `configs/sweeps/document-mask-cpu.yaml` | packed windows against `data.document_mask` × windows of 128 / 512 tokens × LR 3e-3, 1e-2 × 2 seeds, 400 steps; 16 points, 22.2 min on 2 cores ([result](results/document-mask-cpu/README.md)) |
 | `configs/sweeps/edge-cpu.yaml` | where the stability edge lies (`search:`, sweeps.md#searching-for-the-stability-edge): AdamW / Muon × QK-Norm none / RMS per head × 3 seeds, the largest peak LR in 0.2 … 1.5 that trains 200 steps, to within 10%; 84 runs, 50.1 min on 2 cores ([result](results/edge-cpu/README.md)) |
 | `configs/sweeps/qknorm-edge-cpu.yaml` | the headline: QK-Norm none / RMS per head × 7 LRs (1e-3 … 1) × 3 seeds on the papers' protocol at CPU scale (2,000 steps, warm-up 10%, T = 256), judged by loss divergence, attention-logit instability and degradation ([result](results/qknorm-edge-cpu/README.md)) |
+| `configs/sweeps/qknorm-edge-bf16-cpu.yaml` | the headline grid in bf16 autocast (one seed), to see whether the precision moves the edges |
+| `configs/sweeps/qknorm-edge-gpu.yaml` | the headline at GPU scale: a 64M-parameter Wortsman-style model, T = 1024, bf16, QK-Norm none / RMS per head × 7 LRs, one seed; about one H200 hour (estimated), not yet run |
+| `configs/sweeps/cooldown-cpu.yaml` | cooldown branches of `averaging-trunk.yaml` at steps 400 and 800, 100 or 200 steps long, 1-sqrt shape ([result](results/averaging-cpu/README.md)) |
 | `configs/sweeps/rybakov-cpu.yaml` | Rybakov et al. 2024's table at CPU scale: baseline, soft temperature, soft clip, σReparam, LayerScale, softcap 50, QK-Norm, QK_FC-Norm, QKV-Norm, QK-Norm + softcap × 5 LRs, one seed |
 | `configs/sweeps/wortsman-cpu.yaml` | Wortsman et al. 2023's protocol at CPU scale: qk-layernorm on / off, z-loss 1e-4, widths 128 / 256 × 5 LRs |
 
