@@ -103,6 +103,13 @@ inline std::vector<FeatureConfig> feature_configs() {
                    }});
   v.push_back({"l2_temperature_init", [](C& c) { c.qk_norm.type = NormKind::l2; c.qk_norm.temperature_init = 4.0; }});
   v.push_back({"l2_henry_seq_len", [](C& c) { c.qk_norm.type = NormKind::l2; c.qk_norm.henry_seq_len = 64; }});
+  // Rybakov et al.'s relatives of QK-Norm (docs/papers.md#other-stabilisers).
+  v.push_back({"attn_temperature_fixed", [](C& c) { c.attn_temperature = 0.7; }});
+  v.push_back({"attn_temperature_learnable_qk_rms", [](C& c) { c.attn_temperature = 1.5; c.attn_temperature_learnable = true; c.qk_norm.type = NormKind::rms; }});
+  v.push_back({"clipped_softmax", [](C& c) { c.clipped_softmax = true; }});
+  v.push_back({"clipped_softmax_stretch", [](C& c) { c.clipped_softmax = true; c.clipped_softmax_zeta = 1.1; c.clipped_softmax_gamma = -0.1; }});
+  v.push_back({"layer_scale", [](C& c) { c.layer_scale = 0.1; }});
+  v.push_back({"layer_scale_sandwich_bias", [](C& c) { c.layer_scale = 0.5; c.norm_placement = NormPlacement::sandwich; c.bias = true; }});
   v.push_back({"everything", [](C& c) {
                  c.norm_placement = NormPlacement::sandwich;
                  c.norm = NormKind::layernorm;

@@ -483,6 +483,10 @@ TEST(AttentionKernels, SublayerInputIsCastOnceUnderAutocast) {
   auto model = make_model(cfg, 5, torch::kFloat32);
   auto x = torch::randn({2, 6, cfg.d_model});
   auto rope = keel::make_rope_tables(cfg.max_seq_len, cfg.head_dim(), cfg.rope_theta, torch::kCPU);
+  // ATen's own bf16 GEMMs: on a CPU without bf16 hardware keel emulates them
+  // by default, and the emulation's fp32 round trips are copies of the same
+  // shape (tests/train/test_cpu_bf16.cpp checks that path).
+  keel::set_cpu_bf16_gemm_emulated(false);
   keel::AutocastScope autocast(true, torch::kCPU);
   keel::OpCounts counts;
   {
@@ -496,6 +500,7 @@ TEST(AttentionKernels, SublayerInputIsCastOnceUnderAutocast) {
   int64_t input_casts = 0;
   for (const auto& [name, sizes] : counts.events)
     if (name == "aten::copy_" && sizes == std::vector<int64_t>{2, 6, cfg.d_model}) ++input_casts;
+  keel::reset_cpu_bf16_gemm_emulated();
   EXPECT_EQ(input_casts, 2);
 }
 

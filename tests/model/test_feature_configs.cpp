@@ -56,8 +56,8 @@ TEST(FeatureConfigs, ForwardMatchesReference) {
     perturb(model, 8);
     auto idx = random_tokens(cfg, 2, std::min<int64_t>(cfg.max_seq_len, 12));
     torch::NoGradGuard no_grad;
-    // Softcap and clamp take the explicit path, whose scores are fp32 (as Gemma 2 computes tanh).
-    const bool fp32_scores = cfg.attn_softcap || cfg.attn_logit_clamp;
+    // Softcap, clamp and clipped softmax take the explicit path, whose scores are fp32 (as Gemma 2 computes tanh).
+    const bool fp32_scores = cfg.attn_softcap || cfg.attn_logit_clamp || cfg.clipped_softmax;
     const double rtol = fp32_scores ? 1e-5 : 1e-9, atol = fp32_scores ? 1e-6 : 1e-11;
     EXPECT_TENSOR_NEAR(model->forward(idx), ref_forward(model, idx), rtol, atol);
   }
