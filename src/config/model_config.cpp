@@ -64,47 +64,41 @@ void declare_model_keys(Schema& s, ModelConfig& m) {
             "l2 type: learn the temperature that replaces 1/sqrt(head_dim)");
   s.boolean("model.qk_norm.temperature_per_head", &m.qk_norm.temperature_per_head,
             "l2 type: one temperature per head instead of one per layer");
-  auto& t = s.optional_real("model.qk_norm.temperature_init", &m.qk_norm.temperature_init,
-                            "l2 type: initial temperature; null = log2(L^2-L), Henry et al. 2020");
-  t.min = 0;
-  t.min_exclusive = true;
+  s.optional_real("model.qk_norm.temperature_init", &m.qk_norm.temperature_init,
+                  "l2 type: initial temperature; null = log2(L^2-L), Henry et al. 2020")
+      .positive();
   s.integer("model.qk_norm.henry_seq_len", &m.qk_norm.henry_seq_len,
             "L in log2(L^2-L); 0 = model.max_seq_len")
       .min = 0;
 
-  auto& ac = s.optional_real("model.attn_softcap", &m.attn_softcap,
-                             "cap*tanh(s/cap) on attention scores, fp32 (Gemma 2: 50); null = off");
-  ac.min = 0;
-  ac.min_exclusive = true;
-  auto& fc = s.optional_real("model.final_softcap", &m.final_softcap,
-                             "cap*tanh(z/cap) on output logits, fp32 (Gemma 2: 30); null = off");
-  fc.min = 0;
-  fc.min_exclusive = true;
+  s.optional_real("model.attn_softcap", &m.attn_softcap,
+                  "cap*tanh(s/cap) on attention scores, fp32 (Gemma 2: 50); null = off")
+      .positive();
+  s.optional_real("model.final_softcap", &m.final_softcap,
+                  "cap*tanh(z/cap) on output logits, fp32 (Gemma 2: 30); null = off")
+      .positive();
   s.choice("model.embed_norm", &m.embed_norm, {},
            "after the embedding lookup: Gemma's sqrt(d) scale, BLOOM's LayerNorm, or a "
            "parameter-free RMSNorm (modded-nanogpt)");
-  auto& q = s.optional_real("model.query_pre_attn_scalar", &m.query_pre_attn_scalar,
-                            "attention scale = this^-0.5 (Gemma 2: 256); null = head_dim");
-  q.min = 0;
-  q.min_exclusive = true;
+  s.optional_real("model.query_pre_attn_scalar", &m.query_pre_attn_scalar,
+                  "attention scale = this^-0.5 (Gemma 2: 256); null = head_dim")
+      .positive();
 
   s.choice("model.qkv_norm", &m.qkv_norm, {NormKind::none, NormKind::rms, NormKind::layernorm},
            "QKV-norm (Rybakov et al. 2024, arXiv 2410.16682): a norm over the concatenated q, k, v "
            "projection outputs, and no pre-attention norm in the block (pre layout)");
-  auto& cl = s.optional_real("model.attn_logit_clamp", &m.attn_logit_clamp,
-                             "hard clamp of attention scores to [-c, c] before the softmax (unlike the tanh "
-                             "softcap, no effect below c); null = off");
-  cl.min = 0;
-  cl.min_exclusive = true;
+  s.optional_real("model.attn_logit_clamp", &m.attn_logit_clamp,
+                  "hard clamp of attention scores to [-c, c] before the softmax (unlike the tanh "
+                  "softcap, no effect below c); null = off")
+      .positive();
   s.boolean("model.sigma_reparam", &m.sigma_reparam,
             "sigmaReparam (Zhai et al. 2023): attention and MLP weights used as (gamma/sigma(W))*W, sigma by "
             "one power-iteration step per training step, gamma learnable from 1");
 
-  auto& st = s.optional_real("model.attn_temperature", &m.attn_temperature,
-                             "soft temperature (Rybakov et al. 2024's comparison): attention probabilities "
-                             "softmax(beta * scores) with beta this (0.5 there); null = off");
-  st.min = 0;
-  st.min_exclusive = true;
+  s.optional_real("model.attn_temperature", &m.attn_temperature,
+                  "soft temperature (Rybakov et al. 2024's comparison): attention probabilities "
+                  "softmax(beta * scores) with beta this (0.5 there); null = off")
+      .positive();
   s.boolean("model.attn_temperature_learnable", &m.attn_temperature_learnable,
             "learn beta, one scalar per head, starting from model.attn_temperature");
   s.boolean("model.clipped_softmax", &m.clipped_softmax,
@@ -114,19 +108,17 @@ void declare_model_keys(Schema& s, ModelConfig& m) {
       .min = 1;
   s.real("model.clipped_softmax_gamma", &m.clipped_softmax_gamma, "clipped softmax: the stretch's lower end gamma (-0.03)")
       .max = 0;
-  auto& ls = s.optional_real("model.layer_scale", &m.layer_scale,
-                             "LayerScale (Touvron et al. 2021): each residual branch times a learned per-channel "
-                             "gain, all starting at this (0.1 to depth 18, 1e-5 at 24, 1e-6 deeper); null = off");
-  ls.min = 0;
-  ls.min_exclusive = true;
+  s.optional_real("model.layer_scale", &m.layer_scale,
+                  "LayerScale (Touvron et al. 2021): each residual branch times a learned per-channel "
+                  "gain, all starting at this (0.1 to depth 18, 1e-5 at 24, 1e-6 deeper); null = off")
+      .positive();
 
   s.real("model.init.std", &m.init.std, "std of the normal init of linear and embedding weights").min = 0;
   s.boolean("model.init.depth_scaled", &m.init.depth_scaled,
             "output projections use std/sqrt(2*n_layers) (GPT-2)");
-  auto& tr = s.optional_real("model.init.truncate", &m.init.truncate,
-                             "truncate the normal at +-k std; null = no truncation");
-  tr.min = 0;
-  tr.min_exclusive = true;
+  s.optional_real("model.init.truncate", &m.init.truncate,
+                  "truncate the normal at +-k std; null = no truncation")
+      .positive();
   s.choice("model.parametrization", &m.parametrization, {},
            "standard; mup (Yang et al. 2022): init, AdamW LR and weight decay of hidden matrices by fan-in ratio, "
            "logits x base_width/d_model, attention scale 1/head_dim with a base; completep (Dey et al. 2025): "

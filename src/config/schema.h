@@ -32,6 +32,12 @@ struct KeyDef {
   std::function<void(const std::string&)> choice_set;  // KeyKind::choice: set by a name from choices
   std::optional<double> min, max;         // inclusive bounds for numbers
   bool min_exclusive = false;             // "> min" instead of ">= min"
+  // "> 0": scales, rates, caps and temperatures.
+  KeyDef& positive() {
+    min = 0;
+    min_exclusive = true;
+    return *this;
+  }
   // KeyKind::text_list only: entries may also be {path: ..., weight: ...}
   // mappings (data.sources of a mixture); the weights land here, empty when
   // no entry has one.

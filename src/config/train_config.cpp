@@ -9,11 +9,10 @@ namespace keel {
 
 void declare_train_keys(Schema& s, TrainConfig& t) {
   s.choice("train.device", &t.device, {}, "auto = cuda when available");
-  auto& clip = s.optional_real("train.qk_clip_tau", &t.qk_clip_tau,
-                               "QK-clip (MuonClip, Kimi K2): after each step, heads whose max attention logit "
-                               "exceeded tau get W_q, W_k rescaled to bring it to tau; null = off");
-  clip.min = 0;
-  clip.min_exclusive = true;
+  s.optional_real("train.qk_clip_tau", &t.qk_clip_tau,
+                  "QK-clip (MuonClip, Kimi K2): after each step, heads whose max attention logit "
+                  "exceeded tau get W_q, W_k rescaled to bring it to tau; null = off")
+      .positive();
   s.integer("train.max_steps", &t.max_steps, "optimizer steps to train").min = 1;
   s.integer("train.batch_size", &t.batch_size, "global batch in sequences (all ranks, all micro-steps)")
       .min = 1;
@@ -24,9 +23,7 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
             "sequences per rank per forward/backward; 0 = the whole per-rank batch (no accumulation)")
       .min = 0;
   s.integer("train.seq_len", &t.seq_len, "tokens per training sequence; 0 = model.max_seq_len").min = 0;
-  auto& lr = s.real("train.lr", &t.lr, "peak learning rate");
-  lr.min = 0;
-  lr.min_exclusive = true;
+  s.real("train.lr", &t.lr, "peak learning rate").positive();
   s.real("train.min_lr", &t.min_lr, "learning-rate floor at the end of the decay").min = 0;
   s.integer("train.warmup_steps", &t.warmup_steps, "linear warm-up steps from 0 to train.lr").min = 0;
   s.choice("train.schedule", &t.schedule, {},
@@ -66,9 +63,7 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   auto& b2 = s.real("train.beta2", &t.beta2, "AdamW beta2");
   b2.min = 0;
   b2.max = 1;
-  auto& ep = s.real("train.eps", &t.eps, "AdamW epsilon");
-  ep.min = 0;
-  ep.min_exclusive = true;
+  s.real("train.eps", &t.eps, "AdamW epsilon").positive();
   s.choice("train.optimizer", &t.optimizer, {},
            "adamw, or muon: Muon (orthogonalised momentum) for the 2-D weights of the attention and MLP linears, "
            "AdamW for everything else (docs/optimizers.md)");
@@ -91,19 +86,17 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   s.choice("train.optimizer_impl", &t.optimizer_impl, {},
            "AdamW kernel: fused (at::_fused_adamw_, CPU and CUDA) or the readable reference loop");
   s.real("train.grad_clip", &t.grad_clip, "global gradient-norm clip; 0 = off").min = 0;
-  auto& uc = s.optional_real("train.update_clip", &t.update_clip,
-                             "clip the update the optimizer made to this L2 norm (levanter's clip_update_norm), "
-                             "globally or per parameter; an alternative to train.grad_clip; null = off");
-  uc.min = 0;
-  uc.min_exclusive = true;
+  s.optional_real("train.update_clip", &t.update_clip,
+                  "clip the update the optimizer made to this L2 norm (levanter's clip_update_norm), "
+                  "globally or per parameter; an alternative to train.grad_clip; null = off")
+      .positive();
   s.boolean("train.update_clip_per_param", &t.update_clip_per_param,
             "train.update_clip: one norm per parameter tensor instead of one over all of them");
   auto& ema = s.optional_real("train.ema_decay", &t.ema_decay,
                               "an exponential moving average of the weights, b in theta_bar <- b theta_bar + (1 - b) "
                               "theta after every step (levanter, modded-nanogpt; 0.999 averages about the last 1000 "
                               "steps): evaluated beside the live weights, checkpointed, exportable; null = off");
-  ema.min = 0;
-  ema.min_exclusive = true;
+  ema.positive();
   ema.max = 0.999999999;
   s.real("train.z_loss", &t.z_loss, "coefficient of the z-loss (log Z)^2; 0 = off (PaLM: 1e-4)").min = 0;
   s.boolean("train.fp32_head", &t.fp32_head,
@@ -148,16 +141,12 @@ void declare_monitor_keys(Schema& s, MonitorConfig& m) {
             "and the share of sqrt(v_hat) under eps and 10 eps (Muon: momentum RMS); per block: RMS and max |x| "
             "of the residual stream and of each sublayer output (metrics.jsonl \"params\", \"activations\")");
   s.integer("monitor.spike_window", &m.spike_window, "rolling window of the spike z-score").min = 2;
-  auto& th = s.real("monitor.spike_threshold", &m.spike_threshold, "z-score that flags a spike");
-  th.min = 0;
-  th.min_exclusive = true;
+  s.real("monitor.spike_threshold", &m.spike_threshold, "z-score that flags a spike").positive();
   s.integer("monitor.spike_warmup", &m.spike_warmup, "values needed before spikes are flagged").min = 2;
   s.integer("monitor.spike_score_window", &m.spike_score_window,
             "rolling window of the OLMo 2 spike score")
       .min = 2;
-  auto& ss = s.real("monitor.spike_score_sigma", &m.spike_score_sigma, "OLMo 2 spike score: sigmas");
-  ss.min = 0;
-  ss.min_exclusive = true;
+  s.real("monitor.spike_score_sigma", &m.spike_score_sigma, "OLMo 2 spike score: sigmas").positive();
   s.boolean("monitor.skip_on_spike", &m.skip_on_spike, "legacy form of monitor.on_spike: skip_step");
   s.choice("monitor.on_spike", &m.on_spike, {},
            "on a flagged loss or gradient-norm spike: none (record it); skip_step (skip that update; one host "
@@ -174,17 +163,15 @@ void declare_monitor_keys(Schema& s, MonitorConfig& m) {
   auto& lf = s.real("monitor.diverge_loss_factor", &m.diverge_loss_factor,
                     "loss divergence: the loss exceeds this times the initial loss (or is non-finite)");
   lf.min = 1;
-  auto& al = s.real("monitor.diverge_attn_logit", &m.diverge_attn_logit,
-                    "attention-logit instability: the layer-0 max attention logit exceeds this (Wortsman et al.); "
-                    "flagged, not divergence: many such runs train on");
-  al.min = 0;
-  al.min_exclusive = true;
-  auto& ol = s.real("monitor.diverge_output_logit", &m.diverge_output_logit,
-                    "output-logit instability: the largest |output logit| at a monitor step exceeds this (30: where "
-                    "Gemma 2 caps them); flagged, like the attention logits, and ordered against them in the "
-                    "summary's first_failure");
-  ol.min = 0;
-  ol.min_exclusive = true;
+  s.real("monitor.diverge_attn_logit", &m.diverge_attn_logit,
+         "attention-logit instability: the layer-0 max attention logit exceeds this (Wortsman et al.); "
+         "flagged, not divergence: many such runs train on")
+      .positive();
+  s.real("monitor.diverge_output_logit", &m.diverge_output_logit,
+         "output-logit instability: the largest |output logit| at a monitor step exceeds this (30: where "
+         "Gemma 2 caps them); flagged, like the attention logits, and ordered against them in the "
+         "summary's first_failure")
+      .positive();
   s.boolean("monitor.stop_on_divergence", &m.stop_on_divergence, "stop the run once the loss diverged");
   s.boolean("monitor.stop_on_logit_instability", &m.stop_on_logit_instability,
             "stop the run once the attention logits are unstable (monitor.diverge_attn_logit)");
@@ -199,14 +186,11 @@ void declare_checkpoint_keys(Schema& s, CheckpointConfig& c) {
 
 void declare_dist_keys(Schema& s, DistConfig& d) {
   s.choice("dist.backend", &d.backend, {}, "auto = nccl on CUDA, gloo on CPU");
-  auto& t = s.real("dist.timeout_s", &d.timeout_s,
-                   "rendezvous and collective timeout in seconds; a dead or hung worker ends the others' run "
-                   "after at most this long");
-  t.min = 0;
-  t.min_exclusive = true;
-  auto& b = s.real("dist.bucket_mb", &d.bucket_mb, "gradient all-reduce bucket size in MiB (as PyTorch DDP)");
-  b.min = 0;
-  b.min_exclusive = true;
+  s.real("dist.timeout_s", &d.timeout_s,
+         "rendezvous and collective timeout in seconds; a dead or hung worker ends the others' run "
+         "after at most this long")
+      .positive();
+  s.real("dist.bucket_mb", &d.bucket_mb, "gradient all-reduce bucket size in MiB (as PyTorch DDP)").positive();
   s.boolean("dist.overlap", &d.overlap,
             "all-reduce each gradient bucket from backward hooks as soon as it is full (overlaps communication "
             "with backward); false = one pass after backward");
