@@ -45,6 +45,7 @@ struct PointStatus {
   PointState state = PointState::fresh;
   std::string stopped_by;   // finished: completed | diverged | nonfinite
   int64_t step = 0;         // finished: steps run; resumable: checkpoint step
+  bool loss_diverged() const { return stopped_by == "diverged" || stopped_by == "nonfinite"; }
 };
 // Throws RunDirError for a summary.json that read_summary_json refuses.
 PointStatus point_status(const std::string& run_dir);

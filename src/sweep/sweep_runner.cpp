@@ -94,10 +94,13 @@ class Runner {
       : spec_(spec), points_(points), opts_(options), threads_(threads), log_(log), exe_(self_exe()) {}
 
   // Runs what `source` hands out until it has nothing left; returns the exit code.
-  int run(PointSource& source, size_t already_done) {
+  // already_done / already_diverged: points finished (and of them, diverged)
+  // in earlier sessions, so a resumed sweep's counts are the sweep's.
+  int run(PointSource& source, size_t already_done, size_t already_diverged = 0) {
     source_ = &source;
     done_ = already_done;
     already_done_ = already_done;
+    diverged_ = already_diverged;
     struct sigaction sa {};
     sa.sa_handler = on_sweep_signal;
     sigemptyset(&sa.sa_mask);
@@ -194,7 +197,7 @@ class Runner {
     source_->ended(r.point, result);
     if (result) {
       ++done_;
-      if (st.stopped_by == "diverged" || st.stopped_by == "nonfinite") ++diverged_;  // the loss diverged
+      if (st.loss_diverged()) ++diverged_;
       child_seconds_ += secs;
       child_steps_ += static_cast<double>(std::max<int64_t>(1, st.step - r.start_step));
       log_.info(strf("done  %s: %s at step %lld/%lld in %s", p.name.c_str(), st.stopped_by.c_str(),
@@ -442,7 +445,7 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
   const int threads = options.threads > 0 ? options.threads : std::max(1, cores / options.parallel);
   std::vector<size_t> queue;
   std::map<size_t, int64_t> resume_steps;
-  size_t finished = 0;
+  size_t finished = 0, finished_diverged = 0;
   std::vector<std::string> state_lines;
   std::vector<std::string> refused;  // points whose directory starting over would empty, but is not keel's
   for (size_t i : selected) {
@@ -451,6 +454,7 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
     std::string what;
     if (st.state == PointState::finished) {
       ++finished;
+      if (st.loss_diverged()) ++finished_diverged;
       what = st.stopped_by + " at step " + std::to_string(st.step);
     } else if (st.state == PointState::resumable) {
       queue.push_back(i);
@@ -546,7 +550,7 @@ int run_sweep(const std::string& sweep_file, const SweepOptions& options) {
   const auto t0 = Clock::now();
   Runner runner(spec, points, options, threads, log);
   GridSource source(points, queue, resume_steps);
-  const int code = queue.empty() ? 0 : runner.run(source, finished);
+  const int code = queue.empty() ? 0 : runner.run(source, finished, finished_diverged);
   if (queue.empty()) log.info("every selected point is finished; nothing to run. Report: keel report " + spec.out_dir);
   else if (code == 0) log.info("report: keel report " + spec.out_dir);
   auto& last = manifest["sessions"].back();

@@ -469,6 +469,13 @@ TEST_F(SweepCli, DivergedPointsStopAndCountAsInitialLoss) {
   const std::string warn = read_file(out("nan") + "/early_warning.csv");
   EXPECT_NE(warn.find("\nloss_divergence,grad_norm,1.5,2,2,"), std::string::npos) << warn;
   EXPECT_NE(warn.find("\nloss_divergence,attn_l0_max_logit,"), std::string::npos) << warn;
+
+  // A later session counts the points that diverged in an earlier one: run
+  // one point again without the fault; the other stays diverged.
+  keel::remove_tree(out("nan") + "/lr=1e-2");
+  ASSERT_EQ(run_keel("sweep " + path, &log), 0) << log;
+  EXPECT_NE(log.find("2/2 done (1 diverged, 0 failed)"), std::string::npos) << log;
+  EXPECT_NE(log.find("2/2 points finished (1 diverged)"), std::string::npos) << log;
 }
 
 TEST_F(SweepCli, SignalStopsTheSweepResumably) {
