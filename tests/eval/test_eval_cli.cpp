@@ -115,6 +115,20 @@ TEST_F(EvalCli, OneAndTwoRanksGiveTheRunsOwnScores) {
     EXPECT_EQ(read_file(g_dir + "/one/" + task + ".scores.jsonl"), trained) << task;
     EXPECT_EQ(read_file(g_dir + "/two/" + task + ".scores.jsonl"), trained) << task;
   }
+  // The validation loss and held-out sets of the final weights, on the
+  // windows training evaluated: the run's own last evaluation.
+  const auto summary = nlohmann::json::parse(read_file(run + "/summary.json"));
+  for (const std::string ranks : {"one", "two"}) {
+    const auto v = nlohmann::json::parse(read_file(g_dir + "/" + ranks + "/results.json"))["validation"];
+    ASSERT_TRUE(v.is_object()) << ranks;
+    EXPECT_NEAR(v["loss"].get<double>(), summary["final_val_loss"].get<double>(), 1e-5) << ranks;
+    EXPECT_EQ(v["batches"], 2) << ranks;
+    for (const std::string set : {"other", "other.txt"})
+      EXPECT_NEAR(v["sets"][set]["loss"].get<double>(), summary["sets"][set]["loss"].get<double>(), 1e-5) << set;
+  }
+  EXPECT_NE(out.find("validation loss "), std::string::npos) << out;
+  ASSERT_EQ(run_keel("eval " + run + " --val-batches 0 --task builtin", &out), 0) << out;
+  EXPECT_NE(out.find("no validation loss: --val-batches 0"), std::string::npos) << out;
   // --out is not written over without --force.
   EXPECT_EQ(run_keel("eval " + run + " --task builtin --out " + g_dir + "/one", &out), 2) << out;
   EXPECT_NE(out.find("--force"), std::string::npos) << out;
