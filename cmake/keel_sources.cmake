@@ -73,16 +73,16 @@ set(KEEL_TENSOR_READERS src/checkpoint/safetensors.cpp src/train/train_state.cpp
 set(KEEL_BASE_UNSANITIZED
   src/distributed/launcher.cpp
   src/replay/replay.cpp
-  src/sweep/early_warning.cpp
-  src/sweep/edge_report.cpp
-  src/sweep/lr_sensitivity.cpp
-  src/sweep/lr_transfer.cpp
+  src/analysis/early_warning.cpp
+  src/analysis/edge_report.cpp
+  src/analysis/lr_sensitivity.cpp
+  src/analysis/lr_transfer.cpp
   src/sweep/point_source.cpp
-  src/sweep/run_compare.cpp
-  src/sweep/study_stats.cpp
-  src/sweep/sweep_report.cpp
+  src/analysis/run_compare.cpp
+  src/analysis/study_stats.cpp
+  src/analysis/sweep_report.cpp
   src/sweep/sweep_runner.cpp
-  src/sweep/warning_report.cpp
+  src/analysis/warning_report.cpp
   src/train/data_skips.cpp
   src/train/step_plan.cpp
   src/util/child_process.cpp

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "analysis/cooldown_report.h"
 #include "analysis/edge_criteria.h"
 #include "analysis/edge_report.h"
 #include "analysis/lr_transfer.h"
@@ -628,46 +629,9 @@ std::string transfer_markdown(const std::vector<VariantRow>& variants) {
          rows_md + "\n" + reading + "\n";
 }
 
-std::string report_markdown(const nlohmann::json& manifest, const std::string& sweep_dir,
-                            const std::vector<PointRow>& rows, const std::vector<VariantRow>& variants,
-                            const std::vector<std::string>& plots, const std::string& plot_note,
-                            const std::string& notes, const std::string& warnings, const std::string& edge) {
-  std::string m = "# Sweep `" + manifest.value("name", std::string("?")) + "`\n\n";
-  if (!notes.empty()) m += notes + (notes.back() == '\n' ? "\n" : "\n\n");
-  std::string axes;
-  for (const auto& a : manifest["axes"]) {
-    std::vector<std::string> labels;
-    for (const auto& v : a["values"]) labels.push_back(v["label"]);
-    axes += (axes.empty() ? "" : " × ") + std::string("`") + a["key"].get<std::string>() + "` (" + joined(labels) + ")";
-  }
-  size_t finished = 0;
-  for (const auto& r : rows) finished += r.finished();
-  m += "Sweep file `" + manifest.value("sweep_file", std::string("?")) + "`, base config `" +
-       manifest.value("base_config", std::string("?")) + "`, directory `" + sweep_dir + "`.\n\n";
-  m += "Grid: " + axes + ": " + std::to_string(rows.size()) + " points, " + std::to_string(finished) + " finished.";
-  if (EdgeSearchSpec search; manifest_search(manifest, &search))
-    m += " Search: `" + search.key + "` bisected in [" + edge_value_label(search.low) + ", " +
-         edge_value_label(search.high) + "] to a factor " + edge_value_label(search.factor) + " for " + search.criterion +
-         " in every group (the section Stability edge).";
-  if (manifest.value("early_stop", false)) m += " Diverged points stop early (`monitor.stop_on_divergence`).";
-  m += "\n\nSettings added to the base config for every point: ";
-  std::vector<std::string> common;
-  for (const auto& o : manifest.value("common_overrides", nlohmann::json::array())) common.push_back("`" + o.get<std::string>() + "`");
-  m += (common.empty() ? "none" : joined(common)) + ".\n\n";
-
-  if (!manifest.value("sessions", nlohmann::json::array()).empty()) {
-    m += "| started (UTC) | command | machine | points × threads | wall time |\n|---|---|---|---|---|\n";
-    for (const auto& s : manifest["sessions"])
-      m += "| " + s.value("started", std::string("?")) + " | `" + s.value("command", std::string("?")) + "` | " +
-           s.value("cpu", std::string("?")) + ", " + std::to_string(json_int_or<int>(s, "cores", 0)) + " cores | " +
-           std::to_string(json_int_or<int>(s, "parallel", 0)) + " × " + std::to_string(json_int_or<int>(s, "threads_per_point", 0)) + " | " +
-           (s.contains("wall_s") ? strf("%.1f min", s["wall_s"].get<double>() / 60) : std::string("(unfinished)")) +
-           " |\n";
-    m += "\n";
-  }
-
-  m += edge;
-  m += "## Learning-rate sensitivity per variant\n\n";
+// The LR-sensitivity table per variant and a line of plain facts each.
+std::string lr_sensitivity_markdown(const std::vector<PointRow>& rows, const std::vector<VariantRow>& variants) {
+  std::string m = "## Learning-rate sensitivity per variant\n\n";
   m += "LR sensitivity (Wortsman et al. 2023): the mean over the LR grid of min(ℓ(η), ℓ₀) − ℓ*, where ℓ(η) is the "
        "final loss at peak LR η (validation loss), ℓ₀ the loss at initialization (here ln(vocab size), the loss of the "
        "uniform prediction a freshly initialized model makes) and ℓ* the best final loss over the grid. A point whose "
@@ -708,6 +672,55 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
          "; " + (div.empty() ? std::string("no point diverged") : "diverged: " + joined(div)) + ".\n";
   }
   m += "\n";
+  return m;
+}
+
+std::string report_markdown(const nlohmann::json& manifest, const std::string& sweep_dir,
+                            const std::vector<PointRow>& rows, const std::vector<VariantRow>& variants,
+                            const std::vector<std::string>& plots, const std::string& plot_note,
+                            const std::string& notes, const std::string& warnings, const std::string& lead) {
+  std::string m = "# Sweep `" + manifest.value("name", std::string("?")) + "`\n\n";
+  if (!notes.empty()) m += notes + (notes.back() == '\n' ? "\n" : "\n\n");
+  std::string axes;
+  for (const auto& a : manifest["axes"]) {
+    std::vector<std::string> labels;
+    for (const auto& v : a["values"]) labels.push_back(v["label"]);
+    axes += (axes.empty() ? "" : " × ") + std::string("`") + a["key"].get<std::string>() + "` (" + joined(labels) + ")";
+  }
+  size_t finished = 0;
+  for (const auto& r : rows) finished += r.finished();
+  m += "Sweep file `" + manifest.value("sweep_file", std::string("?")) + "`, base config `" +
+       manifest.value("base_config", std::string("?")) + "`, directory `" + sweep_dir + "`.\n\n";
+  m += "Grid: " + axes + ": " + std::to_string(rows.size()) + " points, " + std::to_string(finished) + " finished.";
+  if (EdgeSearchSpec search; manifest_search(manifest, &search))
+    m += " Search: `" + search.key + "` bisected in [" + edge_value_label(search.low) + ", " +
+         edge_value_label(search.high) + "] to a factor " + edge_value_label(search.factor) + " for " + search.criterion +
+         " in every group (the section Stability edge).";
+  if (manifest.value("early_stop", false)) m += " Diverged points stop early (`monitor.stop_on_divergence`).";
+  m += "\n\nSettings added to the base config for every point: ";
+  std::vector<std::string> common;
+  for (const auto& o : manifest.value("common_overrides", nlohmann::json::array())) common.push_back("`" + o.get<std::string>() + "`");
+  m += (common.empty() ? "none" : joined(common)) + ".\n\n";
+
+  if (!manifest.value("sessions", nlohmann::json::array()).empty()) {
+    m += "| started (UTC) | command | machine | points × threads | wall time |\n|---|---|---|---|---|\n";
+    for (const auto& s : manifest["sessions"])
+      m += "| " + s.value("started", std::string("?")) + " | `" + s.value("command", std::string("?")) + "` | " +
+           s.value("cpu", std::string("?")) + ", " + std::to_string(json_int_or<int>(s, "cores", 0)) + " cores | " +
+           std::to_string(json_int_or<int>(s, "parallel", 0)) + " × " + std::to_string(json_int_or<int>(s, "threads_per_point", 0)) + " | " +
+           (s.contains("wall_s") ? strf("%.1f min", s["wall_s"].get<double>() / 60) : std::string("(unfinished)")) +
+           " |\n";
+    m += "\n";
+  }
+
+  m += lead;  // the edge tables and cooldown branches, where the sweep has them
+  std::set<double> lrs;
+  for (const auto& r : rows)
+    if (std::isfinite(r.lr)) lrs.insert(r.lr);
+  if (lrs.size() == 1)  // a sweep over other axes (cooldown branches, data): no LR sensitivity to speak of
+    m += "## Learning rate\n\nEvery point trained at peak LR " + lr_text(*lrs.begin()) +
+         ": the sweep has no LR axis, so no LR sensitivity or best LR.\n\n";
+  else m += lr_sensitivity_markdown(rows, variants);
   m += condition_markdown(rows, variants);
   if (std::any_of(rows.begin(), rows.end(), [](const PointRow& r) { return !r.size.empty(); }))
     m += size_markdown(rows, variants) + transfer_markdown(variants);
@@ -821,6 +834,12 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
   if (!criteria.empty()) {
     write_file_atomic(out + "/edge_criteria.csv", criteria_csv);
     edge += criteria;
+  }
+  std::string cooldown_csv;  // cooldown branches beside their trunk (cooldown_report.h)
+  const std::string cooldown = cooldown_markdown(sweep_dir, rows, &cooldown_csv);
+  if (!cooldown.empty()) {
+    write_file_atomic(out + "/cooldown.csv", cooldown_csv);
+    edge += cooldown;
   }
   write_file_atomic(out + "/report.md",
                     report_markdown(manifest, sweep_dir, rows, variants, plots, note, notes, warnings, edge));

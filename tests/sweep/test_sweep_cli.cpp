@@ -23,6 +23,7 @@
 #include "test_util.h"
 #include "util/dir_lock.h"
 #include "util/fs.h"
+#include "util/log.h"
 #include "util/text.h"
 
 using keel_test::read_file;
@@ -261,7 +262,8 @@ TEST_F(SweepCli, CooldownBranchesAreAGridAndTheReportDrawsThem) {
   std::string log;
   const std::string trunk = g_dir + "/cd_trunk";
   ASSERT_EQ(run_keel("train " + g_dir + "/base.yaml --set run.out_dir=" + g_dir + " --set run.name=cd_trunk "
-                     "--set train.schedule=constant --set train.max_steps=6 --set checkpoint.every=2 --set checkpoint.keep_last=5",
+                     "--set train.schedule=constant --set train.max_steps=6 --set checkpoint.every=2 --set checkpoint.keep_last=5 "
+                     "--set train.eval_every=1",
                      &log),
             0)
       << log;
@@ -276,7 +278,26 @@ TEST_F(SweepCli, CooldownBranchesAreAGridAndTheReportDrawsThem) {
   EXPECT_EQ(read_json(out("cooldown") + "/cooldown_at=4_cooldown_steps=2/summary.json")["steps"], 6);
   ASSERT_EQ(run_keel("report " + out("cooldown"), &log), 0) << log;
   EXPECT_TRUE(keel::path_exists(out("cooldown") + "/plots/cooldown.png")) << log;
-  EXPECT_NE(read_file(out("cooldown") + "/report.md").find("![cooldown](plots/cooldown.png)"), std::string::npos);
+  const std::string md = read_file(out("cooldown") + "/report.md");
+  EXPECT_NE(md.find("![cooldown](plots/cooldown.png)"), std::string::npos);
+  // One LR: no LR-sensitivity table; the branches beside their trunk at the step each ends.
+  EXPECT_NE(md.find("the sweep has no LR axis"), std::string::npos) << md;
+  EXPECT_EQ(md.find("## Learning-rate sensitivity per variant"), std::string::npos) << md;
+  EXPECT_NE(md.find("## Cooldown branches"), std::string::npos) << md;
+  double trunk_val_at_6 = NAN;
+  std::ifstream metrics(trunk + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto rec = nlohmann::json::parse(line);
+    if (rec["step"] == 6 && rec.contains("val_loss")) trunk_val_at_6 = rec["val_loss"].get<double>();
+  }
+  ASSERT_TRUE(std::isfinite(trunk_val_at_6));
+  const std::string csv = read_file(out("cooldown") + "/cooldown.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5) << csv;  // header and 4 branches
+  const auto branch = read_json(out("cooldown") + "/cooldown_at=4_cooldown_steps=2/summary.json");
+  const double branch_val = branch["final_val_loss"].get<double>();
+  const std::string row = "cooldown_at=4_cooldown_steps=2," + trunk + ",4,2,linear,6," + keel::strf("%.6g", branch_val) +
+                          "," + keel::strf("%.6g", trunk_val_at_6) + "," + keel::strf("%.6g", branch_val - trunk_val_at_6) + ",";
+  EXPECT_NE(csv.find(row), std::string::npos) << row << "\n" << csv;
 }
 
 // Seeds (issue 17, section 2): divergence as k/N with a Wilson interval, loss
