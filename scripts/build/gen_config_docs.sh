@@ -63,7 +63,7 @@ point; see [sweeps](sweeps.md)) are in `configs/sweeps/`:
 | `configs/sweeps/qknorm-edge-cpu.yaml` | the headline: QK-Norm none / RMS per head × 7 LRs (1e-3 … 1) × 3 seeds on the papers' protocol at CPU scale (2,000 steps, warm-up 10%, T = 256), judged by loss divergence, attention-logit instability and degradation ([result](results/qknorm-edge-cpu/README.md)) |
 | `configs/sweeps/qknorm-edge-bf16-cpu.yaml` | the headline grid in bf16 autocast (one seed), to see whether the precision moves the edges |
 | `configs/sweeps/qknorm-edge-gpu.yaml` | the headline at GPU scale: a 64M-parameter Wortsman-style model, T = 1024, bf16, QK-Norm none / RMS per head × 7 LRs, one seed; about one H200 hour (estimated), not yet run |
-| `configs/sweeps/cooldown-cpu.yaml` | cooldown branches of `averaging-trunk.yaml` at steps 400 and 800, 100 or 200 steps long, 1-sqrt shape ([result](results/averaging-cpu/README.md)) |
+| `configs/sweeps/cooldown-cpu.yaml` | cooldown branches of `averaging-trunk.yaml` at steps 400 and 800, 100 or 200 steps long, 1-sqrt shape ([result](results/cooldown-cpu/README.md)) |
 | `configs/sweeps/rybakov-cpu.yaml` | Rybakov et al. 2024's table at CPU scale: baseline, soft temperature, soft clip, σReparam, LayerScale, softcap 50, QK-Norm, QK_FC-Norm, QKV-Norm, QK-Norm + softcap × 3 LRs (1e-2 to 1e-1), one seed |
 | `configs/sweeps/wortsman-cpu.yaml` | Wortsman et al. 2023's protocol at CPU scale: qk-layernorm on / off, z-loss 1e-4, widths 128 / 256 × 4 LRs (3e-3 to 1e-1) |
 
