@@ -3,7 +3,8 @@ peak LR, one line per variant (mean over seeds, band one standard
 deviation, x where a run diverged), and below it each variant's edges by
 keel report's criteria: the largest LR that did not degrade (filled) and the
 largest that did not blow up (open), each the geometric mean over seeds with
-the seeds' spread as a bar; only seeds whose grid bracketed the edge count.
+the seeds' spread as a bar; only seeds whose grid bracketed the edge count,
+and a triangle at the grid's top LR counts the seeds that never failed.
 
     .venv/bin/python scripts/plots/plot_edges.py REPORT_DIR OUT.png [TITLE]
 
@@ -35,10 +36,13 @@ def main():
     report, out = Path(sys.argv[1]), Path(sys.argv[2])
     title = sys.argv[3] if len(sys.argv) == 4 else "final loss against learning rate"
     rows = list(csv.DictReader((report / "summary.csv").open()))
-    edges = {}
+    edges, above = {}, {}
     for e in csv.DictReader((report / "edge_criteria.csv").open()):
         if e["state"] == "found" and e["passed"]:  # bracketed by that seed's grid
             edges.setdefault((e["group"], e["criterion"]), []).append(number(e["passed"]))
+        elif e["state"] == "above high":  # passed every LR of the grid: its edge lies above it
+            above[(e["group"], e["criterion"])] = above.get((e["group"], e["criterion"]), 0) + 1
+    top_lr = max((number(r["lr"]) for r in rows if math.isfinite(number(r["lr"]))), default=math.nan)
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     l0 = max((number(r["initial_loss"]) for r in rows if math.isfinite(number(r["initial_loss"]))), default=math.nan)
     fig, (ax, strip) = plt.subplots(2, 1, figsize=(6.6, 5.0), sharex=True, layout="constrained",
@@ -63,22 +67,34 @@ def main():
         ax.fill_between(lrs, [m - s for m, s in zip(means, sds)], [m + s for m, s in zip(means, sds)], color=colour,
                         alpha=0.2, linewidth=0)
         for lr in lrs:
-            if any(not math.isfinite(x) for x in by_lr[lr]) and math.isfinite(l0):
-                ax.plot(lr, l0, "x", color=colour, markersize=9, markeredgewidth=2)
+            failed = sum(not math.isfinite(x) for x in by_lr[lr])
+            if failed and math.isfinite(l0):
+                # Variants side by side at one LR, each with how many of its seeds diverged.
+                x = lr * 1.3 ** (i - (len(variants) - 1) / 2)
+                ax.plot(x, l0, "x", color=colour, markersize=9, markeredgewidth=2)
+                ax.annotate(f"{failed}/{len(by_lr[lr])}", (x, l0), textcoords="offset points", xytext=(0, -13),
+                            ha="center", fontsize=7, color=colour)
         y = len(variants) - 1 - i
         for criterion, fill in (("degradation", True), ("loss_divergence", False)):
             passed = edges.get((v, criterion))
-            if not passed:
-                continue
-            edge = math.exp(statistics.mean(math.log(x) for x in passed))
-            strip.plot([min(passed), max(passed)], [y, y], color=colour, linewidth=3, alpha=0.4)
-            strip.plot(edge, y, "o", color=colour, markersize=9, markerfacecolor=colour if fill else "white",
-                       markeredgewidth=2)
+            n_above = above.get((v, criterion), 0)
+            if passed:
+                edge = math.exp(statistics.mean(math.log(x) for x in passed))
+                strip.plot([min(passed), max(passed)], [y, y], color=colour, linewidth=3, alpha=0.4)
+                strip.plot(edge, y, "o", color=colour, markersize=9, markerfacecolor=colour if fill else "white",
+                           markeredgewidth=2)
+            if n_above and math.isfinite(top_lr):
+                # Seeds that never failed: their edge is past the grid's top LR.
+                strip.plot(top_lr, y, ">", color=colour, markersize=9, markerfacecolor=colour if fill else "white",
+                           markeredgewidth=2)
+                strip.annotate(f"{n_above} seed{'s' if n_above != 1 else ''} above", (top_lr, y),
+                               textcoords="offset points", xytext=(-8, 7), ha="right", fontsize=7, color=colour)
     if math.isfinite(l0):
         ax.axhline(l0, color="grey", linestyle="--", linewidth=0.8, label="ln V: a uniform guess")
-    ax.plot([], [], "x", color="black", label="diverged")
+    ax.plot([], [], "x", color="black", label="diverged (k/n seeds)")
     ax.plot([], [], "o", color="black", label="below: largest LR that did not degrade (0.1 nats)")
     ax.plot([], [], "o", color="black", markerfacecolor="white", label="below: largest LR that did not blow up")
+    ax.plot([], [], ">", color="black", markerfacecolor="white", label="below: seeds that passed every LR")
     ax.set_xscale("log")
     ax.set_ylabel("final validation loss\n(mean ± sd over seeds)")
     ax.set_title(title)

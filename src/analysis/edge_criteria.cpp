@@ -95,7 +95,17 @@ std::string edge_cell(const CriterionEdge& e) {
   }
   std::string s = md_cell(e.edge, "%.3g");
   if (std::isfinite(e.interval.lo)) s += " (" + md_cell(e.interval.lo, "%.3g") + "–" + md_cell(e.interval.hi, "%.3g") + ")";
-  return s + " [" + std::to_string(e.found) + "/" + std::to_string(e.seeds.size()) + "]";
+  s += " [" + std::to_string(e.found) + "/" + std::to_string(e.seeds.size()) + "]";
+  // Seeds the grid did not bracket pull the true edge up (or down): the
+  // mean above is over the bracketed seeds only, so say how many lie outside.
+  size_t above = 0, below = 0;
+  for (const auto& b : e.brackets) {
+    above += b.state == EdgeState::above_high;
+    below += b.state == EdgeState::below_low;
+  }
+  if (above) s += "; " + std::to_string(above) + " above the grid";
+  if (below) s += "; " + std::to_string(below) + " below the grid";
+  return s;
 }
 
 }  // namespace
@@ -116,7 +126,7 @@ std::string criteria_markdown(const std::vector<CriteriaEdgeRow>& groups, double
        " nats above the best run of the same group and seed at a lower LR). Per seed the edge lies between the "
        "largest LR that passed and the smallest that failed; a group's edge is the geometric mean over its seeds "
        "with a 95% percentile bootstrap interval (2000 replicates) when two or more seeds bracketed it; [k/n]: seeds "
-       "that bracketed it. On a grid the edge is only as fine as the grid. First failure: over the group's runs, "
+       "that bracketed it, and how many passed every LR (above the grid) or none (below). On a grid the edge is only as fine as the grid. First failure: over the group's runs, "
        "which signal failed first (the run's `first_failure`).\n\n";
   m += "| group | loss divergence | logit instability | degradation | first failure (runs) |\n|---|---|---|---|---|\n";
   for (const auto& g : groups) {

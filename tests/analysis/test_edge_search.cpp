@@ -265,6 +265,12 @@ TEST(EdgeCriteria, EachCriterionFindsItsOwnEdge) {
   for (auto& r : rows) r.logit_unstable = false;
   EXPECT_NE(criteria_markdown(criteria_edges(rows), kDefaultDegradationMargin, &csv).find("above the grid"),
             std::string::npos);
+  // One seed brackets the blow-up, the other never blows up: the edge is that
+  // seed's, and the cell says the other lies above the grid.
+  for (auto& r : rows)
+    if (r.seed == 2 && r.lr == 0.3) r.diverged = false, r.final_val_loss = 5.0;
+  const std::string mixed = criteria_markdown(criteria_edges(rows), kDefaultDegradationMargin, &csv);
+  EXPECT_NE(mixed.find("| none | 0.1 [1/2]; 1 above the grid |"), std::string::npos) << mixed;
   EXPECT_TRUE(is_edge_criterion("degradation"));
   EXPECT_FALSE(is_edge_criterion("loss"));
 }

@@ -34,7 +34,10 @@ def write_report(d, with_edges=True):
             for v, deg in (("none", "0.03"), ("qk-norm", "0.1")):
                 for seed in (1, 2):
                     w.writerow([v, "degradation", seed, "found", deg, "1"])
-                    w.writerow([v, "loss_divergence", seed, "found", "0.3", "1"])
+                    if v == "qk-norm" and seed == 2:  # never blew up: above the grid
+                        w.writerow([v, "loss_divergence", seed, "above high", "1", ""])
+                    else:
+                        w.writerow([v, "loss_divergence", seed, "found", "0.3", "1"])
                     w.writerow([v, "logit_instability", seed, "above high", "1", ""])
 
 
@@ -44,7 +47,10 @@ def test_draws_the_headline_from_a_report(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), str(out), "a title"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert out.stat().st_size > 10_000 and out.with_suffix(".svg").is_file()
-    assert "a title" in out.with_suffix(".svg").read_text()
+    svg = out.with_suffix(".svg").read_text()
+    assert "a title" in svg
+    assert "1 seed above" in svg  # the seed whose grid did not reach its blow-up
+    assert "2/2" in svg  # both seeds of each variant diverged at LR 1
 
 
 def test_a_report_without_edges_is_refused(tmp_path):
