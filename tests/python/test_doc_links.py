@@ -27,3 +27,10 @@ def test_relative_links_resolve():
     assert len(files) > 10, "git ls-files found too few Markdown files"
     bad = [f"{f.relative_to(REPO)}: {t}" for f in files for t in broken_links(f)]
     assert not bad, "links to nothing:\n" + "\n".join(bad)
+
+
+def test_the_docs_index_lists_every_doc():
+    index = (REPO / "docs" / "README.md").read_text()
+    linked = set(LINK.findall(index))
+    missing = [p.name for p in sorted((REPO / "docs").glob("*.md")) if p.name != "README.md" and p.name not in linked]
+    assert not missing, f"docs/README.md does not link {missing}"
