@@ -79,9 +79,7 @@ std::vector<CriteriaEdgeRow> criteria_edges(const std::vector<PointRow>& rows, d
   return out;
 }
 
-namespace {
-
-std::string edge_cell(const CriterionEdge& e) {
+std::string criterion_edge_text(const CriterionEdge& e) {
   if (e.found == 0) {
     // No seed bracketed it: say which side of the grid it lies on.
     bool all_pass = true, all_fail = true;
@@ -108,8 +106,6 @@ std::string edge_cell(const CriterionEdge& e) {
   return s;
 }
 
-}  // namespace
-
 std::string criteria_markdown(const std::vector<CriteriaEdgeRow>& groups, double margin, std::string* csv) {
   *csv = "group,criterion,seed,state,passed,failed\n";
   bool any = false;
@@ -133,7 +129,7 @@ std::string criteria_markdown(const std::vector<CriteriaEdgeRow>& groups, double
     m += "| " + g.group;
     for (size_t c = 0; c < names.size(); ++c) {
       const CriterionEdge& e = g.by_criterion[c];
-      m += " | " + edge_cell(e);
+      m += " | " + criterion_edge_text(e);
       for (size_t i = 0; i < e.seeds.size(); ++i) {
         const EdgeBracket& b = e.brackets[i];
         *csv += csv_field(g.group) + "," + names[c] + "," + std::to_string(e.seeds[i]) + "," + edge_state_name(b.state) +

@@ -62,6 +62,10 @@ std::vector<CriteriaEdgeRow> criteria_edges(const std::vector<PointRow>& rows,
 
 // The report's "Stability edge by criterion" section and, in *csv, one row per
 // group, criterion and seed. Empty when no group has two LRs.
+// One criterion's edge as the table prints it: "0.03 (0.03–0.03) [3/3]",
+// with the seeds above or below the grid, or "above the grid" when none
+// bracketed it.
+std::string criterion_edge_text(const CriterionEdge& e);
 std::string criteria_markdown(const std::vector<CriteriaEdgeRow>& groups, double margin, std::string* csv);
 
 }  // namespace keel

@@ -851,14 +851,10 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
                 v.finished);
   if (!criteria.empty()) {
     std::printf("  stability edge (largest LR that passed; geometric mean over seeds [seeds bracketed]):\n");
-    std::printf("  %-20s %-22s %-22s %-22s\n", "", "loss divergence", "logit instability", "degradation");
+    std::printf("  %-20s %-34s %-34s %-34s\n", "", "loss divergence", "logit instability", "degradation");
     for (const auto& g : criteria_groups) {
       std::printf("  %-20s", g.group.c_str());
-      for (const auto& e : g.by_criterion)
-        std::printf(" %-22s", (e.found ? md_cell(e.edge, "%.3g") + " [" + std::to_string(e.found) + "/" +
-                                             std::to_string(e.seeds.size()) + "]"
-                                       : std::string("-"))
-                                  .c_str());
+      for (const auto& e : g.by_criterion) std::printf(" %-34s", criterion_edge_text(e).c_str());
       std::printf("\n");
     }
   }
