@@ -14,6 +14,7 @@
 #include "analysis/cooldown_report.h"
 #include "analysis/edge_criteria.h"
 #include "analysis/edge_report.h"
+#include "analysis/edge_width.h"
 #include "analysis/lr_transfer.h"
 #include "analysis/run_files.h"
 #include "analysis/warning_report.h"
@@ -834,6 +835,12 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
   if (!criteria.empty()) {
     write_file_atomic(out + "/edge_criteria.csv", criteria_csv);
     edge += criteria;
+  }
+  std::string width_csv;  // the edges of a width axis, fitted and extrapolated (edge_width.h)
+  const std::string width = width_markdown(rows, criteria_groups, options.target_width, &width_csv);
+  if (!width.empty()) {
+    write_file_atomic(out + "/edge_width.csv", width_csv);
+    edge += width;
   }
   std::string cooldown_csv;  // cooldown branches beside their trunk (cooldown_report.h)
   const std::string cooldown = cooldown_markdown(sweep_dir, rows, &cooldown_csv);

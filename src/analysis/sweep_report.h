@@ -25,6 +25,7 @@ struct ReportOptions {
   bool plots = true;
   std::string python;   // interpreter for the plotting script; default: see find_python()
   double degradation_margin = 0.1;  // nats: the degradation criterion's (edge_criteria.h, kDefaultDegradationMargin)
+  double target_width = 1024;       // d_model the edge-across-width fit extrapolates to (edge_width.h)
 };
 
 // A downstream task's result at a run's last task evaluation (eval.tasks);

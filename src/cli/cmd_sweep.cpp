@@ -76,9 +76,16 @@ Command add_report_command(CLI::App& app) {
   cmd->add_option("--python", args->options.python, "Python with matplotlib (default: .venv/bin/python)");
   cmd->add_option("--degradation-margin", args->options.degradation_margin,
                   "nats above the best lower-LR run at which a run counts as degraded (default 0.1)");
+  cmd->add_option("--target-width", args->options.target_width,
+                  "d_model the stability edge across width is extrapolated to (default 1024: Rybakov et al.'s model)");
   return [cmd, args]() -> int {
     if (!*cmd) return -1;
     args->options.plots = !args->no_plots;
+    if (!(args->options.target_width >= 1) || !std::isfinite(args->options.target_width)) {
+      ConfigErrors e;
+      e.add("--target-width", "expected a width of 1 or more, got " + std::to_string(args->options.target_width));
+      throw ConfigError(e);
+    }
     if (!(args->options.degradation_margin > 0) || !std::isfinite(args->options.degradation_margin)) {
       ConfigErrors e;
       e.add("--degradation-margin", "expected a positive number of nats, got " +
