@@ -33,6 +33,10 @@ Fig. 1) also:
                             (log x), one line per condition, bootstrap bars
   attn_logit_vs_params      largest layer-0 attention logit against
                             non-embedding parameters, one panel per LR
+  edge_vs_width             (OUT_DIR/edge_width.csv) the stability edge per
+                            criterion against d_model, its grid bracket and
+                            fitted line; below, each condition's edge over
+                            the first condition's
 """
 import csv
 import json
@@ -177,6 +181,56 @@ def best_lr_vs_size(conditions, sens, plots):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     save(fig, plots, "best_lr_vs_size")
+
+
+def edge_vs_width(path, plots):
+    """Issue 51: the edge per criterion against width, bracket bars from the
+    largest LR that passed to the smallest that failed (an arrow where the
+    edge lies above the grid), and the least-squares line to the target width."""
+    rows = list(csv.DictReader(path.open()))
+    criteria = list(dict.fromkeys(r["criterion"] for r in rows))
+    kinds = [k for k in ("edge", "ratio") if any(r["kind"] == k for r in rows)]
+    if not criteria or not kinds:
+        return
+    fig, axes = plt.subplots(len(kinds), len(criteria), figsize=(3.6 * len(criteria), 3.2 * len(kinds)),
+                             layout="constrained", squeeze=False)
+    for row, kind in enumerate(kinds):
+        labels = list(dict.fromkeys(r["condition"] for r in rows if r["kind"] == kind))
+        for col, criterion in enumerate(criteria):
+            ax = axes[row][col]
+            for i, label in enumerate(labels):
+                pts = sorted((number(r["width"]), number(r["lo"]), number(r["hi"]), number(r["point"]), r)
+                             for r in rows if r["kind"] == kind and r["condition"] == label and r["criterion"] == criterion)
+                if not pts:
+                    continue
+                c = f"C{i}"
+                for w, lo, hi, point, _ in pts:
+                    if lo > 0 and math.isfinite(hi):
+                        ax.plot([w, w], [lo, hi], color=c, linewidth=5, alpha=0.3, solid_capstyle="butt")
+                    elif lo > 0:  # above the grid: at least lo
+                        ax.plot([w], [lo], "^", color=c, markersize=7, alpha=0.6)
+                    elif math.isfinite(hi) and hi > 0:  # below the grid: under hi
+                        ax.plot([w], [hi], "v", color=c, markersize=7, alpha=0.6)
+                    if math.isfinite(point):
+                        ax.plot([w], [point], "o", color=c, markersize=5)
+                fit = pts[0][4]
+                slope, target, at = number(fit["slope"]), number(fit["target_width"]), number(fit["at_target"])
+                if math.isfinite(slope) and math.isfinite(at):
+                    xs = [pts[0][0], target]
+                    ax.plot(xs, [at * (x / target) ** slope for x in xs], "--", color=c, linewidth=1,
+                            label=f"{label} ({slope:+.2f}/doubling)")
+                else:
+                    ax.plot([], [], "o", color=c, label=f"{label} (no fit)")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(criterion.replace("_", " "), fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+            if row == len(kinds) - 1:
+                ax.set_xlabel("d_model")
+        axes[row][0].set_ylabel("edge (largest LR that passed)" if kind == "edge" else "edge / first condition's")
+    save(fig, plots, "edge_vs_width")
 
 
 def size_plots(rows, sens, init, attn_threshold, plots):
@@ -436,6 +490,8 @@ def main():
     if any(r.get("size") for r in rows):
         sens = list(csv.DictReader((out_dir / "lr_sensitivity.csv").open()))
         size_plots(rows, sens, init, attn_threshold, plots)
+    if (out_dir / "edge_width.csv").exists():
+        edge_vs_width(out_dir / "edge_width.csv", plots)
 
     cooldown_plot(manifest, curves, plots)
 

@@ -744,6 +744,10 @@ std::string report_markdown(const nlohmann::json& manifest, const std::string& s
                                    "bars are the bootstrap intervals over seeds where there are several."},
       {"attn_logit_vs_params", "Largest layer-0 attention logit over the run against non-embedding parameters, one "
                                "panel per peak LR, one line per condition (log y; dashed: the instability threshold)."},
+      {"edge_vs_width", "Stability edge against d_model per criterion (log-log): top, each condition's edge, the bar "
+                        "from the largest LR that passed to the smallest that failed (▲: above the grid, ▼: below), "
+                        "dashed the least-squares line to the target width; bottom, each condition's edge over the "
+                        "first condition's."},
       {"layer_update_ratio", "Per variant, at its largest LR: each block's update/weight RMS ratio (mean over the "
                              "block's matrices) at the monitor steps, one line per block (monitor.param_stats)."},
       {"cooldown", "Cooldown branches (train.cooldown_steps): training loss against tokens for each trunk (grey) "
@@ -806,12 +810,22 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
   write_file_atomic(out + "/summary.csv", summary_csv(rows));
   write_file_atomic(out + "/lr_sensitivity.csv", variants_csv(variants));
 
+  // Every sweep over LRs: the three criteria's edges side by side
+  // (edge_criteria.h), and along a width axis (edge_width.h), before the
+  // plots, which draw edge_width.csv.
+  std::string criteria_csv, width_csv;
+  const auto criteria_groups = criteria_edges(rows, options.degradation_margin);
+  const std::string criteria = criteria_markdown(criteria_groups, options.degradation_margin, &criteria_csv);
+  if (!criteria.empty()) write_file_atomic(out + "/edge_criteria.csv", criteria_csv);
+  const std::string width = width_markdown(rows, criteria_groups, options.target_width, &width_csv);
+  if (!width.empty()) write_file_atomic(out + "/edge_width.csv", width_csv);
+
   std::string note;
   std::vector<std::string> plots;
   const int code = options.plots ? draw_plots("scripts/plots/plot_sweep.py", {sweep_dir, out}, out, options.python,
                                               {"loss_vs_lr", "loss_curves", "attn_logit", "grad_norm", "output_logit",
                                                "loss_vs_lr_by_size", "lr_sensitivity_vs_params", "attn_logit_vs_params",
-                                               "best_lr_vs_size", "layer_update_ratio", "adam_eps_share", "cooldown"},
+                                               "best_lr_vs_size", "edge_vs_width", "layer_update_ratio", "adam_eps_share", "cooldown"},
                                               &plots, &note)
                                  : 0;
   // A hand-written reading of the results (OUT_DIR/README.md, or notes.md as
@@ -828,20 +842,7 @@ int write_report(const std::string& sweep_dir, const ReportOptions& options) {
     edge = edge_markdown(search, edge_groups(manifest, search, rows), &edge_csv);
     write_file_atomic(out + "/edge.csv", edge_csv);
   }
-  // Every sweep over LRs: the three criteria's edges side by side (edge_criteria.h).
-  std::string criteria_csv;
-  const auto criteria_groups = criteria_edges(rows, options.degradation_margin);
-  const std::string criteria = criteria_markdown(criteria_groups, options.degradation_margin, &criteria_csv);
-  if (!criteria.empty()) {
-    write_file_atomic(out + "/edge_criteria.csv", criteria_csv);
-    edge += criteria;
-  }
-  std::string width_csv;  // the edges of a width axis, fitted and extrapolated (edge_width.h)
-  const std::string width = width_markdown(rows, criteria_groups, options.target_width, &width_csv);
-  if (!width.empty()) {
-    write_file_atomic(out + "/edge_width.csv", width_csv);
-    edge += width;
-  }
+  edge += criteria + width;
   std::string cooldown_csv;  // cooldown branches beside their trunk (cooldown_report.h)
   const std::string cooldown = cooldown_markdown(sweep_dir, rows, &cooldown_csv);
   if (!cooldown.empty()) {
