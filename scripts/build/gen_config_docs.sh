@@ -61,11 +61,11 @@ point; see [sweeps](sweeps.md)) are in `configs/sweeps/`:
 | `configs/sweeps/document-mask-cpu.yaml` | packed windows against `data.document_mask` × windows of 128 / 512 tokens × LR 3e-3, 1e-2 × 2 seeds, 400 steps; 16 points, 22.2 min on 2 cores ([result](results/document-mask-cpu/README.md)) |
 | `configs/sweeps/edge-cpu.yaml` | where the stability edge lies (`search:`, sweeps.md#searching-for-the-stability-edge): AdamW / Muon × QK-Norm none / RMS per head × 3 seeds, the largest peak LR in 0.2 … 1.5 that trains 200 steps, to within 10%; 84 runs, 50.1 min on 2 cores ([result](results/edge-cpu/README.md)) |
 | `configs/sweeps/qknorm-edge-cpu.yaml` | the headline: QK-Norm none / RMS per head × 7 LRs (1e-3 … 1) × 3 seeds on the papers' protocol at CPU scale (2,000 steps, warm-up 10%, T = 256), judged by loss divergence, attention-logit instability and degradation ([result](results/qknorm-edge-cpu/README.md)) |
-| `configs/sweeps/qknorm-edge-bf16-cpu.yaml` | the headline grid in bf16 autocast (one seed), to see whether the precision moves the edges |
+| `configs/sweeps/qknorm-edge-bf16-cpu.yaml` | the headline grid in bf16 autocast (seed 1, the 5 LRs that decide its fp32 edges, sized for 2 hours), to see whether the precision moves the edges |
 | `configs/sweeps/qknorm-edge-gpu.yaml` | the headline at GPU scale: a 64M-parameter Wortsman-style model, T = 1024, bf16, QK-Norm none / RMS per head × 7 LRs, one seed; about one H200 hour (estimated), not yet run |
 | `configs/sweeps/cooldown-cpu.yaml` | cooldown branches of `averaging-trunk.yaml` at steps 400 and 800, 100 or 200 steps long, 1-sqrt shape ([result](results/cooldown-cpu/README.md)) |
 | `configs/sweeps/rybakov-cpu.yaml` | Rybakov et al. 2024's table at CPU scale: baseline, soft temperature, soft clip, σReparam, LayerScale, softcap 50, QK-Norm, QK_FC-Norm, QKV-Norm, QK-Norm + softcap × 3 LRs (1e-2 to 1e-1), one seed |
-| `configs/sweeps/wortsman-cpu.yaml` | Wortsman et al. 2023's protocol at CPU scale: qk-layernorm on / off, z-loss 1e-4, widths 128 / 256 × 4 LRs (3e-3 to 1e-1) |
+| `configs/sweeps/wortsman-cpu.yaml` | Wortsman et al. 2023's protocol at CPU scale: qk-layernorm on / off, z-loss 1e-4, widths 64 / 128 / 256 × 4 LRs (3e-3 to 1e-1) |
 
 ## Where the variants come from
 
