@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -128,6 +129,34 @@ Batch Bench::batch(int64_t step) {
   Batch b{tokens.narrow(1, 0, T).contiguous(), tokens.narrow(1, 1, T).contiguous()};
   if (compute_.device.is_cuda()) b = {b.inputs.pin_memory(), b.targets.pin_memory()};  // as the loader's on CUDA
   return b;
+}
+
+// Where one step's time went, from the counter's per-kernel times: per
+// family (op_family) and the slowest operators, and what no kernel accounts
+// for (the framework between kernels, views, and the callbacks themselves).
+nlohmann::json op_profile(const OpCounts& c, double step_ms) {
+  std::map<std::string, std::pair<double, int64_t>> family;  // ms, kernels
+  double in_kernels = 0;
+  for (const auto& [name, ms] : c.ms_by_name) {
+    auto& f = family[op_family(name)];
+    f.first += ms;
+    f.second += c.by_name.count(name) ? c.by_name.at(name) : 0;
+    in_kernels += ms;
+  }
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> fams(family.begin(), family.end());
+  std::stable_sort(fams.begin(), fams.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  nlohmann::json families = nlohmann::json::array();
+  for (const auto& [name, f] : fams)
+    families.push_back({{"family", name}, {"ms", f.first}, {"kernels", f.second},
+                        {"percent", step_ms > 0 ? 100.0 * f.first / step_ms : 0.0}});
+  std::vector<std::pair<std::string, double>> ops(c.ms_by_name.begin(), c.ms_by_name.end());
+  std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  nlohmann::json top = nlohmann::json::array();
+  for (size_t i = 0; i < std::min<size_t>(12, ops.size()); ++i)
+    top.push_back({{"op", ops[i].first}, {"family", op_family(ops[i].first)}, {"ms", ops[i].second},
+                   {"calls", c.by_name.count(ops[i].first) ? c.by_name.at(ops[i].first) : 0}});
+  return {{"step_ms", step_ms}, {"in_kernels_ms", in_kernels}, {"outside_kernels_ms", std::max(0.0, step_ms - in_kernels)},
+          {"families", families}, {"top", top}};
 }
 
 double Bench::step(int64_t step, Phases* ph) {
@@ -290,9 +319,10 @@ nlohmann::json Bench::run() {
   nlohmann::json ops = nullptr;
   if (opt_.count_ops && !parts_.runner->graph_mode()) {
     OpCounts c;
+    double counted_ms = 0;
     {
       OpCounter counter;
-      step(opt_.warmup + opt_.steps + static_cast<int64_t>(phases.size()), nullptr);
+      counted_ms = step(opt_.warmup + opt_.steps + static_cast<int64_t>(phases.size()), nullptr);
       c = counter.counts();
     }
     std::vector<std::pair<std::string, int64_t>> by_count(c.by_name.begin(), c.by_name.end());
@@ -301,7 +331,8 @@ nlohmann::json Bench::run() {
     for (size_t i = 0; i < std::min<size_t>(12, by_count.size()); ++i)
       top.push_back({by_count[i].first, by_count[i].second});
     ops = {{"kernels", c.kernels}, {"dispatches", c.dispatches}, {"distinct", c.by_name.size()}, {"top", top},
-           {"counts", "leaf operators that do work (train/op_counter.h): a proxy for kernel launches"}};
+           {"counts", "leaf operators that do work (train/op_counter.h): a proxy for kernel launches"},
+           {"profile", op_profile(c, counted_ms)}};
   }
   const std::string attention_kernel = parts_.model->attention_kernel(
       geometry_.micro_batch, geometry_.seq_len, compute_.device, compute_.bf16_autocast ? torch::kBFloat16 : torch::kFloat32);
@@ -402,6 +433,21 @@ nlohmann::json Bench::run() {
     std::cout << strf("  ops        %lld kernels per step (%lld operator calls); most: %s\n",
                       static_cast<long long>(ops["kernels"].get<int64_t>()),
                       static_cast<long long>(ops["dispatches"].get<int64_t>()), top.c_str());
+    const auto& prof = ops["profile"];
+    std::string families;
+    for (const auto& f : prof["families"])
+      families += strf("%s%s %.2f (%.0f%%)", families.empty() ? "" : ", ", f["family"].get<std::string>().c_str(),
+                       f["ms"].get<double>(), f["percent"].get<double>());
+    std::cout << strf("  profile    one step, %.2f ms with the operator callbacks (%s on the CPU): %s; outside "
+                      "kernels %.2f ms\n",
+                      prof["step_ms"].get<double>(), compute_.device.is_cuda() ? "launch times, not" : "kernel times",
+                      families.c_str(), prof["outside_kernels_ms"].get<double>());
+    std::string slowest;
+    for (const auto& e : prof["top"]) {
+      if (slowest.size() > 110) break;
+      slowest += strf("%s%s %.2f", slowest.empty() ? "" : ", ", e["op"].get<std::string>().c_str(), e["ms"].get<double>());
+    }
+    std::cout << "  slowest    " << slowest << " (ms per step)\n";
   }
   if (!monitor["stats_ms"].is_null())
     std::cout << strf("  monitor    every %lld steps: %.2f ms per statistics forward + %.2f ms of per-matrix "

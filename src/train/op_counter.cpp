@@ -1,6 +1,7 @@
 #include "train/op_counter.h"
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -19,8 +20,13 @@ struct CounterState {
 // state is reached through this pointer.
 std::atomic<CounterState*> g_state{nullptr};
 
-// Per thread: for each operator in progress, whether another one started inside it.
-thread_local std::vector<bool> t_child_seen;
+// Per thread: for each operator in progress, whether another one started
+// inside it, and when it started.
+struct InProgress {
+  bool child_seen = false;
+  std::chrono::steady_clock::time_point start;
+};
+thread_local std::vector<InProgress> t_in_progress;
 
 // The first tensor input's sizes, taken at the start: inputs are only valid then.
 struct ShapeContext : at::ObserverContext {
@@ -30,8 +36,8 @@ struct ShapeContext : at::ObserverContext {
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   // A metadata child (an empty output buffer, a view) does not make its
   // parent a composite: addmm allocating its result is still the kernel.
-  if (!t_child_seen.empty() && !is_metadata_op(fn.name())) t_child_seen.back() = true;
-  t_child_seen.push_back(false);
+  if (!t_in_progress.empty() && !is_metadata_op(fn.name())) t_in_progress.back().child_seen = true;
+  t_in_progress.push_back({false, std::chrono::steady_clock::now()});
   CounterState* s = g_state.load();
   if (!s || !s->record_shapes) return nullptr;
   auto ctx = std::make_unique<ShapeContext>();
@@ -44,9 +50,11 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 }
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
-  if (t_child_seen.empty()) return;  // started before the counter
-  const bool leaf = !t_child_seen.back();
-  t_child_seen.pop_back();
+  if (t_in_progress.empty()) return;  // started before the counter
+  const InProgress op = t_in_progress.back();
+  t_in_progress.pop_back();
+  const bool leaf = !op.child_seen;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - op.start).count();
   CounterState* s = g_state.load();
   if (!s) return;
   const std::string name = fn.name();
@@ -55,6 +63,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   if (!leaf || is_metadata_op(name)) return;
   ++s->counts.kernels;
   ++s->counts.by_name[name];
+  s->counts.ms_by_name[name] += ms;
   if (s->record_shapes)
     s->counts.events.emplace_back(name, ctx ? static_cast<ShapeContext*>(ctx)->sizes : std::vector<int64_t>{});
 }
@@ -76,6 +85,27 @@ bool is_metadata_op(const std::string& name) {
   // The autograd engine's records (evaluate_function: XBackward0) wrap the
   // backward's operators; a node that only passes gradients on has none.
   return names.count(name) > 0 || name.rfind("autograd::", 0) == 0;
+}
+
+std::string op_family(const std::string& name) {
+  auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
+  if (has("attention") || has("_efficient_attention") || has("_cudnn_attention")) return "attention";
+  if (has("mm") || has("linear") || has("matmul") || has("_addmm") || has("mkldnn::") || has("dot")) return "matmul";
+  if (has("vector_norm") || has("_foreach_norm")) return "reduction";  // gradient clipping's norms
+  if (has("norm") || has("rsqrt")) return "norm";
+  if (has("rope")) return "rope";
+  if (has("softmax") || has("nll_loss") || has("cross_entropy") || has("logsumexp")) return "softmax+loss";
+  if (has("embedding") || has("index_select") || has("index_add") || has("index_put") || has("gather") ||
+      has("scatter"))
+    return "embedding";
+  if (has("_foreach_") || has("_fused_adam") || has("lerp") || has("addcdiv") || has("addcmul")) return "optimizer";
+  if (has("copy") || has("fill") || has("zero") || has("clone") || has("cat") || has("stack") || has("ones") ||
+      has("full") || has("arange") || has("_to_copy"))
+    return "copy+fill";
+  if (has("sum") || has("mean") || has("amax") || has("max") || has("min") || has("var") ||
+      has("all") || has("any") || has("count_nonzero"))
+    return "reduction";
+  return "elementwise";
 }
 
 OpCounter::OpCounter(bool record_shapes) {

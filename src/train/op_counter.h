@@ -12,6 +12,12 @@
 // On CUDA one operator is usually one kernel; a cuBLAS GEMM or a flash
 // attention backward may launch two or three, so the CUDA figure is a lower
 // bound on launches, comparable between builds of keel.
+//
+// It also times each kernel (wall time from its start to its end on the
+// thread that called it): on the CPU, where an operator returns when its work
+// is done, that is where a step's time goes, by operator and by family
+// (op_family); on CUDA it is only the launch. The callbacks add about a
+// microsecond to every dispatch, so time a step of its own, not a timed one.
 #pragma once
 
 #include <ATen/record_function.h>
@@ -27,6 +33,7 @@ struct OpCounts {
   int64_t kernels = 0;                    // leaf operators that do work
   int64_t dispatches = 0;                 // every operator call, nested ones included
   std::map<std::string, int64_t> by_name; // kernels by operator name
+  std::map<std::string, double> ms_by_name;  // kernels' wall time by operator name, milliseconds
   // With record_shapes: each kernel's name and its first tensor input's sizes, in order.
   std::vector<std::pair<std::string, std::vector<int64_t>>> events;
 };
@@ -46,5 +53,10 @@ class OpCounter {
 
 // Whether an operator of this name launches no kernel (views, metadata, allocations).
 bool is_metadata_op(const std::string& name);
+
+// The family a kernel belongs to, for a profile of the step: "matmul",
+// "attention", "norm", "rope", "softmax+loss", "embedding", "optimizer",
+// "copy+fill", "reduction", "elementwise" (what is left).
+std::string op_family(const std::string& name);
 
 }  // namespace keel

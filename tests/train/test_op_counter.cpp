@@ -85,3 +85,38 @@ TEST(OpCounter, OneAtATimeAndNothingCountedAfterwards) {
 }
 
 }  // namespace
+
+// The profile: a kernel's time is its own, the big matmul takes longer than
+// a tiny add, and a composite's time is not counted twice (its leaves' only).
+TEST(OpCounter, TimesKernelsAndGroupsThemByFamily) {
+  auto a = torch::randn({384, 384}), b = torch::randn({384, 384}), s = torch::randn({4});
+  keel::OpCounts c;
+  {
+    keel::OpCounter counter;
+    for (int i = 0; i < 3; ++i) torch::matmul(a, b);  // matmul -> mm
+    s + s;
+    c = counter.counts();
+  }
+  ASSERT_EQ(c.ms_by_name.count("aten::mm"), 1u);
+  ASSERT_EQ(c.ms_by_name.count("aten::add"), 1u);
+  EXPECT_EQ(c.ms_by_name.count("aten::matmul"), 0u) << "a composite's time is its leaves'";
+  EXPECT_GT(c.ms_by_name.at("aten::mm"), 0.0);
+  EXPECT_GT(c.ms_by_name.at("aten::mm"), 10 * c.ms_by_name.at("aten::add"));  // 3 x 113 MFLOP against 4 adds
+  EXPECT_EQ(c.ms_by_name.size(), c.by_name.size());
+
+  EXPECT_EQ(keel::op_family("aten::addmm"), "matmul");
+  EXPECT_EQ(keel::op_family("mkldnn::_linear_pointwise"), "matmul");
+  EXPECT_EQ(keel::op_family("aten::_scaled_dot_product_flash_attention_for_cpu_backward"), "attention");
+  EXPECT_EQ(keel::op_family("keel::blockwise_attention"), "attention");
+  EXPECT_EQ(keel::op_family("keel::row_norm_backward"), "norm");
+  EXPECT_EQ(keel::op_family("aten::native_layer_norm"), "norm");
+  EXPECT_EQ(keel::op_family("aten::linalg_vector_norm"), "reduction");
+  EXPECT_EQ(keel::op_family("keel::rope"), "rope");
+  EXPECT_EQ(keel::op_family("aten::_log_softmax_backward_data"), "softmax+loss");
+  EXPECT_EQ(keel::op_family("aten::embedding_dense_backward"), "embedding");
+  EXPECT_EQ(keel::op_family("aten::_foreach_addcdiv_"), "optimizer");
+  EXPECT_EQ(keel::op_family("aten::copy_"), "copy+fill");
+  EXPECT_EQ(keel::op_family("aten::sum"), "reduction");
+  EXPECT_EQ(keel::op_family("aten::gelu_backward"), "elementwise");
+  EXPECT_EQ(keel::op_family("aten::mul"), "elementwise");
+}
