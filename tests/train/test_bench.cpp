@@ -2,6 +2,8 @@
 // distributed start is refused. Interop.BenchReferenceModel writes a model's
 // weights and logits for tests/python/test_bench_reference.py, which checks
 // that bench/reference_model.py is the same model.
+#include <cmath>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -124,6 +126,24 @@ TEST(Bench, JsonRecordIsCompleteAndConsistent) {
   EXPECT_GT(ops["dispatches"].get<int64_t>(), ops["kernels"].get<int64_t>());
   ASSERT_FALSE(ops["top"].empty());
   EXPECT_NE(out.find("kernels per step"), std::string::npos) << out;
+  // The profile of that step: families sorted by time, matmul among them,
+  // their times and what lies outside kernels adding up to the step.
+  const auto& prof = ops["profile"];
+  ASSERT_TRUE(prof.is_object()) << ops.dump(2);
+  double families_ms = 0, last = INFINITY;
+  bool matmul = false;
+  for (const auto& f : prof["families"]) {
+    EXPECT_LE(f["ms"].get<double>(), last) << prof.dump(2);
+    last = f["ms"].get<double>();
+    families_ms += last;
+    matmul = matmul || f["family"] == "matmul";
+  }
+  EXPECT_TRUE(matmul) << prof.dump(2);
+  EXPECT_NEAR(families_ms, prof["in_kernels_ms"].get<double>(), 1e-6);
+  EXPECT_GT(prof["step_ms"].get<double>(), 0.0);
+  EXPECT_LE(prof["in_kernels_ms"].get<double>(), prof["step_ms"].get<double>() * 1.05) << "kernels nest in the step";
+  EXPECT_NE(out.find("profile    one step"), std::string::npos) << out;
+  EXPECT_NE(out.find("slowest    "), std::string::npos) << out;
 }
 
 TEST(Bench, AttentionBackendMathIsWhatRuns) {
