@@ -221,8 +221,11 @@ def edge_vs_width(path, plots):
                             label=f"{label} ({slope:+.2f}/doubling)")
                 else:
                     ax.plot([], [], "o", color=c, label=f"{label} (no fit)")
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
+            if any(y > 0 and math.isfinite(y) for line in ax.get_lines() for y in line.get_ydata()):
+                ax.set_xscale("log", base=2)
+                ax.set_yscale("log")
+            else:  # nothing bounded to draw (every edge above the grid on both sides of a ratio)
+                ax.text(0.5, 0.5, "no edge bounded by the grid", transform=ax.transAxes, ha="center", fontsize=8)
             ax.set_title(criterion.replace("_", " "), fontsize=9)
             ax.grid(True, which="both", alpha=0.3)
             if ax.get_legend_handles_labels()[0]:

@@ -33,6 +33,9 @@ def test_draws_edges_brackets_fits_and_ratios(tmp_path):
         rows.append(["edge", "none", "loss_divergence", d, 0.1, "inf", "", "", "-inf", 1, "", "", 1024, "", 0, "inf",
                      "", ""])
         rows.append(["ratio", "qk / none", "degradation", d, 1, 10, 3, 0.8, -1, 2, "", "", 1024, 30, 0.1, 1000, "", ""])
+        # both above the grid: the ratio is unbounded on both sides, nothing to draw on a log axis
+        rows.append(["ratio", "qk / none", "loss_divergence", d, 0, "inf", "", "", "-inf", "inf", "", "", 1024, "", 0,
+                     "inf", "", ""])
     path = tmp_path / "edge_width.csv"
     with path.open("w", newline="") as f:
         w = csv.writer(f)
@@ -48,3 +51,4 @@ def test_draws_edges_brackets_fits_and_ratios(tmp_path):
     assert "none (no fit)" in text  # the criterion whose edges lie above the grid
     assert "qk / none (+0.80/doubling)" in text
     assert "edge / first condition" in text
+    assert "no edge bounded by the grid" in text
