@@ -89,8 +89,8 @@ bool is_metadata_op(const std::string& name) {
 
 std::string op_family(const std::string& name) {
   auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
-  if (has("attention") || has("_efficient_attention") || has("_cudnn_attention")) return "attention";
-  if (has("mm") || has("linear") || has("matmul") || has("_addmm") || has("mkldnn::") || has("dot")) return "matmul";
+  if (has("attention")) return "attention";  // SDPA's flash / efficient / cuDNN / math kernels, keel's blockwise
+  if (has("mm") || has("linear") || has("matmul") || has("mkldnn::") || has("dot")) return "matmul";
   if (has("vector_norm") || has("_foreach_norm")) return "reduction";  // gradient clipping's norms
   if (has("norm") || has("rsqrt")) return "norm";
   if (has("rope")) return "rope";
