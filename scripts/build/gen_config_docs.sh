@@ -40,6 +40,7 @@ In `configs/`:
 | `averaging-trunk.yaml` | the default model at a constant LR after warm-up, weight EMA 0.99, a checkpoint every 200 steps all kept: the trunk for `keel average` and cooldown branches |
 | `gpt2-124m.yaml` | GPT-2-124M-class model for GPUs, bf16, T = 1024 |
 | `bench-cpu-tiny.yaml` | CPU benchmark (`keel bench`, `scripts/bench/bench_compare.sh`): the default model and batch |
+| `bench-cpu-gpt.yaml` | CPU benchmark, GPT-2-shaped and small (6.8M parameters: vocab 8192, T 256, d 256, 6 layers, GELU, LayerNorm, tied head, batch 8), where the elementwise passes and the head weigh most |
 | `bench-cpu.yaml` | CPU benchmark: d_model 512, 8 layers, 8 query / 2 KV heads, T 512, SwiGLU, RMS QK-Norm per head, 4 sequences |
 
 Sweep files for `keel sweep` (a base config, a grid of values, one run per
