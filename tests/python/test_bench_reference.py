@@ -29,6 +29,7 @@ SMALL_GPT2 = ["model.d_model=128", "model.n_layers=2", "model.n_heads=4", "model
 CASES = {
     "bench-cpu-tiny": ("configs/bench-cpu-tiny.yaml", []),
     "bench-cpu": ("configs/bench-cpu.yaml", []),
+    "bench-cpu-gpt": ("configs/bench-cpu-gpt.yaml", []),
     "bench-cpu-l2": ("configs/bench-cpu.yaml", ["model.qk_norm.type=l2", "model.n_layers=2"]),
     "bench-cpu-after-rope-projection": ("configs/bench-cpu.yaml", [
         "model.qk_norm.position=after_rope", "model.qk_norm.scope=projection", "model.n_layers=2"]),
