@@ -21,6 +21,7 @@ set(KEEL_TENSOR_SOURCES
   src/model/chunked_loss.cpp
   src/model/documents.cpp
   src/model/fused_ops.cpp
+  src/model/fused_xent.cpp
   src/model/generate.cpp
   src/model/init.cpp
   src/model/model_size.cpp

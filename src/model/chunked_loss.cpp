@@ -1,6 +1,7 @@
 #include "model/chunked_loss.h"
 
 #include "model/fused_ops.h"
+#include "model/fused_xent.h"
 
 #include <ATen/autocast_mode.h>
 
@@ -14,20 +15,17 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// One chunk's logits in place: h W^T in the compute dtype, then (in the
-// accumulation dtype, fp32 or fp64) the softcap and the padded-column mask.
-// `tanh_out` (softcap only) receives tanh(x / cap) for the derivative.
-Tensor chunk_logits(const Tensor& h, const Tensor& w, int64_t vocab, double cap, torch::ScalarType acc,
-                    Tensor* tanh_out) {
-  auto s = keel::linear(h, w).to(acc);  // h W^T, shape: [n, padded_vocab]; oneDNN on the CPU, as the head's forward
+// The softcap and the padded-column mask on one chunk's logits s (in the
+// accumulation dtype, fp32 or fp64), in place: the composite path, which CUDA
+// runs. `tanh_out` (softcap only) receives tanh(x / cap) for the derivative.
+void cap_and_mask(Tensor& s, int64_t vocab, double cap, Tensor* tanh_out) {
   if (cap > 0) {
     s.div_(cap).tanh_();
     if (tanh_out) *tanh_out = s.clone();
     s.mul_(cap);
   }
-  const int64_t padded = w.size(0);
+  const int64_t padded = s.size(1);
   if (padded > vocab) s.narrow(1, vocab, padded - vocab).fill_(-std::numeric_limits<double>::infinity());
-  return s;
 }
 
 // The loss and, when an input needs a gradient, the gradient of
@@ -57,22 +55,34 @@ struct ChunkedHeadLossFn : public torch::autograd::Function<ChunkedHeadLossFn> {
       const int64_t n = std::min(chunk, N - r0);
       auto h = hidden.narrow(0, r0, n).to(cdt);
       auto t_idx = targets.narrow(0, r0, n).unsqueeze(1);  // shape: [n, 1]
-      Tensor tanh_s;
-      Tensor s = chunk_logits(h, w, vocab, cap, acc, want_grad ? &tanh_s : nullptr);
-      // One fused pass for the log-softmax; lse = s - log p at any column
-      // (the target's), so no separate log-sum-exp pass.
-      auto logp = at::log_softmax(s, 1);                        // shape: [n, padded_vocab]
-      auto logp_target = logp.gather(1, t_idx);                 // shape: [n, 1]
-      auto lse = s.gather(1, t_idx) - logp_target;              // shape: [n, 1]
-      s = Tensor();
-      ce_sum -= logp_target.sum();
-      z_sum += lse.pow(2).sum();
-      if (!want_grad) continue;
-      // d total / d s = p (1 + 2 coef lse) / N - onehot / N, p = softmax(s);
-      // padded columns: exp(-inf) = 0. In place: logp becomes the gradient.
-      auto ds = logp.exp_().mul_((1.0 + 2.0 * z_coef * lse) * inv_n);
-      ds.scatter_add_(1, t_idx, torch::full({n, 1}, -inv_n, ds.options()));
-      if (cap > 0) ds.mul_(1.0 - tanh_s.pow_(2));  // through cap * tanh(x / cap)
+      auto s = keel::linear(h, w).to(acc);  // h W^T, shape: [n, padded_vocab]; oneDNN on the CPU, as the head's forward
+      Tensor ds;
+      Tensor lse_rows, target_rows;  // shape: [n] each
+      if (fused_cpu_softmax_xent(s, targets.narrow(0, r0, n), vocab, cap, inv_n, z_coef, want_grad, &lse_rows,
+                                 &target_rows)) {
+        // The CPU kernel: cap, log-sum-exp and (in place) the gradient in one pass over each row.
+        ce_sum += (lse_rows - target_rows).sum();
+        z_sum += lse_rows.pow(2).sum();
+        if (!want_grad) continue;
+        ds = s;
+      } else {
+        Tensor tanh_s;
+        cap_and_mask(s, vocab, cap, want_grad ? &tanh_s : nullptr);
+        // One fused pass for the log-softmax; lse = s - log p at any column
+        // (the target's), so no separate log-sum-exp pass.
+        auto logp = at::log_softmax(s, 1);                        // shape: [n, padded_vocab]
+        auto logp_target = logp.gather(1, t_idx);                 // shape: [n, 1]
+        auto lse = s.gather(1, t_idx) - logp_target;              // shape: [n, 1]
+        s = Tensor();
+        ce_sum -= logp_target.sum();
+        z_sum += lse.pow(2).sum();
+        if (!want_grad) continue;
+        // d total / d s = p (1 + 2 coef lse) / N - onehot / N, p = softmax(s);
+        // padded columns: exp(-inf) = 0. In place: logp becomes the gradient.
+        ds = logp.exp_().mul_((1.0 + 2.0 * z_coef * lse) * inv_n);
+        ds.scatter_add_(1, t_idx, torch::full({n, 1}, -inv_n, ds.options()));
+        if (cap > 0) ds.mul_(1.0 - tanh_s.pow_(2));  // through cap * tanh(x / cap)
+      }
       auto dx = ds.to(cdt);
       // Plain GEMMs in their natural layouts (BLAS transposes for free; a
       // transposed oneDNN weight would be reordered each chunk).

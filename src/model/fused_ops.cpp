@@ -1,4 +1,5 @@
 #include "model/fused_ops.h"
+#include "model/fused_xent.h"
 
 #include <fstream>
 
@@ -348,6 +349,8 @@ struct ReplayedAtenLinearFn : public torch::autograd::Function<ReplayedAtenLinea
 };
 
 }  // namespace
+
+bool fused_cpu_kernels_enabled() { return fused_kernels_enabled(); }
 
 bool onednn_linear_enabled() { return onednn_linear_op() != nullptr && composite_only_depth == 0; }
 

@@ -2,13 +2,18 @@
 // over chunks of tokens equal the whole-logits path (language_model_loss on
 // the head's logits) in value and gradients, for every chunk size, with the
 // final softcap, the padded-vocabulary mask and z-loss; in fp64 to rounding,
-// in fp32 to 1e-5, and through the whole model.
+// in fp32 to 1e-5, and through the whole model; and the CPU kernel for a
+// chunk's softmax work (fused_cpu_softmax_xent) against the composite that
+// CUDA runs.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <limits>
 
 #include "model/chunked_loss.h"
+#include "model/fused_ops.h"
+#include "model/fused_xent.h"
+#include "train/op_counter.h"
 #include "test_model_reference.h"
 
 using keel::HeadLossOptions;
@@ -155,4 +160,91 @@ TEST(ChunkedLoss, CpuChunksAreHeldTo16MLogits) {
   EXPECT_EQ(keel::cpu_chunk_tokens(8192, int64_t{1} << 22, torch::kCPU), 64) << "never below 64 tokens";
   EXPECT_EQ(keel::cpu_chunk_tokens(0, 32768, torch::kCPU), 0) << "0 is whole logits";
   EXPECT_EQ(keel::cpu_chunk_tokens(8192, 32768, torch::Device(torch::kCUDA, 0)), 8192);
+}
+
+namespace {
+
+// The chunked loss with the CPU kernel (counted) and under CompositeOnly.
+Result chunked_counting(const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t,
+                        const HeadLossOptions& o, int64_t* kernel_calls) {
+  keel::OpCounter counter;
+  Result r = chunked(h, w, t, o);
+  auto c = counter.counts();
+  auto it = c.by_name.find("keel::softmax_xent");
+  *kernel_calls = it == c.by_name.end() ? 0 : it->second;
+  return r;
+}
+
+}  // namespace
+
+// The kernel against the production composite over a vocabulary long enough
+// for the vector loops and a tail (1,003 of 1,024 padded columns), with and
+// without the softcap and z-loss, fp32 and bf16 GEMMs, forward (ce, z) and
+// the formed gradients; one kernel call per chunk, none under CompositeOnly.
+TEST(ChunkedLoss, CpuSoftmaxKernelEqualsTheComposite) {
+  if (!keel::fused_cpu_kernels_enabled()) GTEST_SKIP() << "the CPU kernels are off (KEEL_CPU_KERNELS=composite)";
+  torch::manual_seed(14);
+  const int64_t N = 70, C = 24, V = 1003, padded = 1024;
+  auto h = torch::randn({N, C}), w = 0.6 * torch::randn({padded, C});
+  h[3] *= 40;  // a row whose logits reach the hundreds: a peaked softmax, tanh near saturation under the cap
+  auto t = torch::randint(0, V, {N}, torch::kInt64);
+  t[5] = V - 1;  // a target in the scalar tail
+  for (std::optional<torch::Dtype> compute : {std::optional<torch::Dtype>(), std::optional<torch::Dtype>(torch::kBFloat16)})
+    for (std::optional<double> cap : {std::optional<double>(), std::optional<double>(30.0)})
+      for (double z : {0.0, 1e-2}) {
+        HeadLossOptions o;
+        o.chunk_tokens = 32;  // three chunks, the last of 6 rows
+        o.vocab_size = V;
+        o.final_softcap = cap;
+        o.z_loss_coef = z;
+        o.compute_dtype = compute;
+        SCOPED_TRACE(std::string(compute ? "bf16" : "fp32") + (cap ? " softcap" : "") + (z > 0 ? " z-loss" : ""));
+        int64_t calls = 0, composite_calls = 0;
+        Result fused = chunked_counting(h, w, t, o, &calls);
+        Result ref;
+        {
+          keel::CompositeOnly composite;
+          ref = chunked_counting(h, w, t, o, &composite_calls);
+        }
+        EXPECT_EQ(calls, 3);
+        EXPECT_EQ(composite_calls, 0);
+        EXPECT_NEAR(fused.loss.ce.item<double>(), ref.loss.ce.item<double>(), 2e-6 * ref.loss.ce.item<double>());
+        EXPECT_NEAR(fused.loss.total.item<double>(), ref.loss.total.item<double>(),
+                    2e-6 * ref.loss.total.item<double>());
+        if (z > 0) EXPECT_NEAR(fused.loss.z.item<double>(), ref.loss.z.item<double>(), 2e-6 * ref.loss.z.item<double>());
+        // bf16: both sides round the same fp32 gradient to bf16 before the
+        // GEMMs, so a last-bit difference there can move one element by a bf16 ulp.
+        const double tol = compute ? 1e-2 : 1e-5;
+        EXPECT_LT(max_rel(fused.d_hidden, ref.d_hidden), tol);
+        EXPECT_LT(max_rel(fused.d_head, ref.d_head), tol);
+        EXPECT_EQ(fused.d_head.narrow(0, V, padded - V).abs().max().item<double>(), 0.0);
+      }
+}
+
+// The kernel alone: declines what it does not handle (leaving the logits as
+// they were), refuses a target outside the vocabulary, and without `grad`
+// leaves the logits untouched when there is no softcap.
+TEST(ChunkedLoss, CpuSoftmaxKernelDeclinesAndChecks) {
+  if (!keel::fused_cpu_kernels_enabled()) GTEST_SKIP() << "the CPU kernels are off (KEEL_CPU_KERNELS=composite)";
+  auto s = torch::randn({4, 40});
+  auto t = torch::tensor({0, 5, 34, 2}, torch::kInt64);
+  torch::Tensor lse, tl;
+  auto s64 = s.to(torch::kFloat64);
+  EXPECT_FALSE(keel::fused_cpu_softmax_xent(s64, t, 35, 0, 0.25, 0, true, &lse, &tl));
+  auto strided = torch::randn({40, 4}).t();
+  EXPECT_FALSE(keel::fused_cpu_softmax_xent(strided, t, 35, 0, 0.25, 0, true, &lse, &tl));
+  {
+    keel::CompositeOnly composite;
+    auto before = s.clone();
+    EXPECT_FALSE(keel::fused_cpu_softmax_xent(s, t, 35, 0, 0.25, 0, true, &lse, &tl));
+    EXPECT_TRUE(torch::equal(s, before));
+  }
+  auto bad = torch::tensor({0, 5, 35, 2}, torch::kInt64);  // 35 is padding, not a token
+  EXPECT_THROW(keel::fused_cpu_softmax_xent(s, bad, 35, 0, 0.25, 0, true, &lse, &tl), c10::Error);
+  auto before = s.clone();
+  ASSERT_TRUE(keel::fused_cpu_softmax_xent(s, t, 35, 0, 0.25, 0, false, &lse, &tl));
+  EXPECT_TRUE(torch::equal(s, before));
+  auto ref = torch::logsumexp(before.narrow(1, 0, 35), 1);
+  EXPECT_LT((lse - ref).abs().max().item<double>(), 1e-5);
+  EXPECT_LT((tl - before.gather(1, t.unsqueeze(1)).squeeze(1)).abs().max().item<double>(), 1e-7);
 }

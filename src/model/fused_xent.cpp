@@ -1,0 +1,157 @@
+// The chunked loss's per-row softmax work in one kernel (fused_ops.h,
+// fused_cpu_softmax_xent): softcap, log-sum-exp, the target's logit and the
+// gradient of cross-entropy + z-loss, written over the logits in place. The
+// composite reads and writes each chunk's logits four to six times
+// (log_softmax into a new tensor, exp, scale, and with a softcap a tanh, its
+// copy and the derivative); here a row is read once from memory and written
+// once, the rest of the passes hit the cache (a row of 8k-32k floats fits L2).
+#include "model/fused_xent.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace keel {
+
+namespace {
+
+// exp(x) in float to about 2 ulp: x = n ln2 + r, |r| <= ln2/2, Cephes's
+// degree-6 polynomial for e^r, times 2^n built in the exponent bits. Plain
+// arithmetic and selects, so the loops it is inlined into vectorise (the
+// library expf does not); 0 below -87.3, where e^x leaves the normal range.
+// Above 88.03 it gives +inf, a little early: the softmax's arguments are <= 0
+// and tanh_poly needs only the limit there.
+inline float exp_poly(float x) {
+  const float xc = std::min(x, 88.3762626647949f);
+  const float y = xc * 1.44269504088896341f + 0.5f;
+  float n = static_cast<float>(static_cast<int32_t>(y));  // floor(y) for y >= 0 ...
+  n -= n > y ? 1.0f : 0.0f;                                 // ... and for y < 0
+  n = std::max(n, -126.0f);
+  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return x < -87.3365447f ? 0.0f : p * scale;
+}
+
+// tanh(y) = 1 - 2 / (e^{2y} + 1): exact limits at both ends, absolute error
+// about 1e-7 near 0 (the softcap multiplies it by the cap).
+inline float tanh_poly(float y) { return 1.0f - 2.0f / (exp_poly(2.0f * y) + 1.0f); }
+
+constexpr int kLanes = 16;  // independent partial results: vectorised, and the same whatever the thread split
+
+// One row: x [padded] logits (before the softcap) in, the gradient out when
+// `grad` (scaled by inv_n, the padded tail zeroed), lse and the target's logit.
+// Compiled for AVX-512, AVX2 and the base ISA; the loader picks one.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void xent_row(float* __restrict x, int64_t vocab,
+                                                                           int64_t padded, int64_t target, float cap,
+                                                                           float inv_n, float z_coef, bool grad,
+                                                                           float* lse_out, float* target_out) {
+  // Pass 1: softcap (x becomes tanh(x / cap); the logit is cap * x) and the max.
+  float m[kLanes];
+  std::fill(m, m + kLanes, -INFINITY);
+  const float inv_cap = cap > 0 ? 1.0f / cap : 0.0f, mul = cap > 0 ? cap : 1.0f;
+  int64_t j = 0;
+  for (; j + kLanes <= vocab; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      float v = x[j + k];
+      if (cap > 0) v = tanh_poly(v * inv_cap), x[j + k] = v;
+      m[k] = std::max(m[k], v * mul);
+    }
+  float mx = -INFINITY;
+  for (; j < vocab; ++j) {
+    float v = x[j];
+    if (cap > 0) v = tanh_poly(v * inv_cap), x[j] = v;
+    mx = std::max(mx, v * mul);
+  }
+  for (int k = 0; k < kLanes; ++k) mx = std::max(mx, m[k]);
+  *target_out = x[target] * mul;
+  // Pass 2: sum of e^(logit - max). Without a cap and with a gradient to
+  // form, e^(logit - max) is kept in x, so pass 3 is one multiply.
+  const bool keep_exp = grad && !(cap > 0);
+  float s[kLanes] = {};
+  for (j = 0; j + kLanes <= vocab; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      const float e = exp_poly(x[j + k] * mul - mx);
+      if (keep_exp) x[j + k] = e;
+      s[k] += e;
+    }
+  float sum = 0.0f;
+  for (; j < vocab; ++j) {
+    const float e = exp_poly(x[j] * mul - mx);
+    if (keep_exp) x[j] = e;
+    sum += e;
+  }
+  for (int k = 0; k < kLanes; ++k) sum += s[k];
+  const float lse = mx + std::log(sum);
+  *lse_out = lse;
+  if (!grad) return;
+  // Pass 3: d/dlogit = softmax (1 + 2 z lse) / N - onehot / N, through the cap's tanh.
+  const float a = (1.0f + 2.0f * z_coef * lse) * inv_n;
+  if (keep_exp) {
+    const float b = a / sum;  // softmax = e^(logit - max) / sum
+    for (j = 0; j < vocab; ++j) x[j] *= b;
+    x[target] -= inv_n;
+  } else {
+    const float tgt_tanh = x[target];
+    for (j = 0; j < vocab; ++j) {
+      const float t = x[j];
+      x[j] = exp_poly(t * mul - lse) * a * (1.0f - t * t);
+    }
+    x[target] -= inv_n * (1.0f - tgt_tanh * tgt_tanh);
+  }
+  for (j = vocab; j < padded; ++j) x[j] = 0.0f;
+}
+
+// KEEL_CPU_FUSED_LOSS=0 turns this kernel alone off (to measure what it buys);
+// KEEL_CPU_FUSED=0 turns it off with the others.
+bool loss_kernel_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("KEEL_CPU_FUSED_LOSS");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  return on;
+}
+
+}  // namespace
+
+bool fused_cpu_softmax_xent(torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab, double cap,
+                            double inv_n, double z_coef, bool grad, torch::Tensor* lse, torch::Tensor* target_logit) {
+  if (!fused_cpu_kernels_enabled() || !loss_kernel_enabled() || !logits.defined() || !logits.device().is_cpu() ||
+      logits.scalar_type() != torch::kFloat32 || logits.dim() != 2 || !logits.is_contiguous() ||
+      logits.size(0) == 0 || vocab <= 0 || vocab > logits.size(1) || !targets.defined() ||
+      targets.scalar_type() != torch::kInt64 || targets.numel() != logits.size(0) || !targets.device().is_cpu())
+    return false;
+  const int64_t n = logits.size(0), padded = logits.size(1);
+  auto t = targets.reshape({n}).contiguous();
+  const int64_t* tp = t.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    TORCH_CHECK(tp[i] >= 0 && tp[i] < vocab, "fused_cpu_softmax_xent: target ", tp[i], " of row ", i,
+                " is outside the vocabulary [0, ", vocab, ")");
+  RECORD_FUNCTION("keel::softmax_xent", std::vector<c10::IValue>());  // one kernel for train/op_counter.h
+  *lse = torch::empty({n}, logits.options());
+  *target_logit = torch::empty({n}, logits.options());
+  float* x = logits.data_ptr<float>();
+  float* lp = lse->data_ptr<float>();
+  float* tl = target_logit->data_ptr<float>();
+  const float c = static_cast<float>(cap > 0 ? cap : 0.0), in = static_cast<float>(inv_n),
+              z = static_cast<float>(z_coef);
+  at::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) xent_row(x + i * padded, vocab, padded, tp[i], c, in, z, grad, lp + i, tl + i);
+  });
+  return true;
+}
+
+}  // namespace keel
