@@ -217,8 +217,11 @@ def edge_vs_width(path, plots):
                 slope, target, at = number(fit["slope"]), number(fit["target_width"]), number(fit["at_target"])
                 if math.isfinite(slope) and math.isfinite(at):
                     xs = [pts[0][0], target]
+                    # the seeds' 95% bootstrap on the slope, where two or more seeds were resampled
+                    lo, hi = number(fit.get("slope_seed_lo", "")), number(fit.get("slope_seed_hi", ""))
+                    spread = f", seeds {lo:+.2f} to {hi:+.2f}" if math.isfinite(lo) and math.isfinite(hi) else ""
                     ax.plot(xs, [at * (x / target) ** slope for x in xs], "--", color=c, linewidth=1,
-                            label=f"{label} ({slope:+.2f}/doubling)")
+                            label=f"{label} ({slope:+.2f}/doubling{spread})")
                 else:
                     ax.plot([], [], "o", color=c, label=f"{label} (no fit)")
             if any(y > 0 and math.isfinite(y) for line in ax.get_lines() for y in line.get_ydata()):

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 
 #include "util/log.h"
@@ -80,6 +81,20 @@ EdgeRange edge_range(const CriterionEdge& e) {
   return r;
 }
 
+SeedPoints seed_points(const CriterionEdge& e) {
+  SeedPoints out;
+  for (size_t i = 0; i < e.brackets.size() && i < e.seeds.size(); ++i)
+    out[e.seeds[i]] = e.brackets[i].state == EdgeState::found ? e.brackets[i].stable : NAN;
+  return out;
+}
+
+SeedPoints seed_ratios(const SeedPoints& a, const SeedPoints& b) {
+  SeedPoints out;
+  for (const auto& [seed, v] : a)
+    if (const auto it = b.find(seed); it != b.end()) out[seed] = v / it->second;
+  return out;
+}
+
 EdgeRange ratio_range(const EdgeRange& a, const EdgeRange& b) {
   EdgeRange r;
   if (std::isnan(a.lo) || std::isnan(b.lo)) return r;
@@ -100,8 +115,56 @@ double t_quantile_975(size_t df) {
   return z + (z * z * z + z) / (4 * n) + (5 * std::pow(z, 5) + 16 * z * z * z + 3 * z) / (96 * n * n);
 }
 
+namespace {
+
+// The slope's and the extrapolation's bootstrap over seeds: each replicate
+// draws as many seeds as there are, with replacement, the same draw at every
+// width, and refits through each width's geometric mean of the drawn points.
+void bootstrap_over_seeds(WidthFit& f, const std::vector<double>& c_slope, const std::vector<double>& c_pred,
+                          const std::vector<SeedPoints>& seed_points, size_t replicates, uint64_t rng_seed) {
+  if (seed_points.size() != c_slope.size() || seed_points.empty()) return;
+  std::vector<int64_t> common;
+  for (const auto& [seed, v] : seed_points.front()) {
+    bool everywhere = true;
+    for (const auto& width : seed_points) {
+      const auto it = width.find(seed);
+      everywhere = everywhere && it != width.end() && std::isfinite(it->second) && it->second > 0;
+    }
+    if (everywhere) common.push_back(seed);
+  }
+  f.seeds = common.size();
+  if (common.size() < 2) return;
+  // shape: [width][seed] log2 points
+  std::vector<std::vector<double>> y(seed_points.size());
+  for (size_t i = 0; i < seed_points.size(); ++i)
+    for (int64_t s : common) y[i].push_back(std::log2(seed_points[i].at(s)));
+  std::mt19937_64 rng(rng_seed);
+  std::uniform_int_distribution<size_t> pick(0, common.size() - 1);
+  std::vector<size_t> draw(common.size());
+  std::vector<double> slopes, ats;
+  for (size_t r = 0; r < replicates; ++r) {
+    for (auto& d : draw) d = pick(rng);
+    double slope = 0, at = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      double mean = 0;  // log2 of the geometric mean
+      for (size_t d : draw) mean += y[i][d] / static_cast<double>(draw.size());
+      slope += c_slope[i] * mean;
+      at += c_pred[i] * mean;
+    }
+    slopes.push_back(slope);
+    ats.push_back(at);
+  }
+  std::sort(slopes.begin(), slopes.end());
+  std::sort(ats.begin(), ats.end());
+  f.slope_seeds = {percentile_of_sorted(slopes, 0.025), percentile_of_sorted(slopes, 0.975)};
+  f.at_target_seeds = {std::exp2(percentile_of_sorted(ats, 0.025)), std::exp2(percentile_of_sorted(ats, 0.975))};
+}
+
+}  // namespace
+
 WidthFit fit_across_width(const std::vector<double>& widths, const std::vector<EdgeRange>& values,
-                          double target_width) {
+                          double target_width, const std::vector<SeedPoints>& seed_points, size_t replicates,
+                          uint64_t rng_seed) {
   WidthFit f;
   f.widths = widths;
   f.values = values;
@@ -136,6 +199,7 @@ WidthFit fit_across_width(const std::vector<double>& widths, const std::vector<E
   if (!std::isfinite(slope)) return f;  // a width's point is missing: the grid ranges stand alone
   f.slope = slope;
   f.at_target = std::exp2(at);
+  bootstrap_over_seeds(f, c_slope, c_pred, seed_points, replicates, rng_seed);
   if (n >= 3) {
     const double mean_y = at - (x_star - mean_x) * slope;  // the line passes through (mean x, mean y)
     double ssr = 0;
@@ -156,7 +220,8 @@ std::string width_markdown(const std::vector<PointRow>& rows, const std::vector<
                            double target_width, std::string* csv) {
   *csv =
       "kind,condition,criterion,width,lo,hi,point,slope,slope_grid_lo,slope_grid_hi,slope_t_lo,slope_t_hi,"
-      "target_width,at_target,at_target_grid_lo,at_target_grid_hi,at_target_t_lo,at_target_t_hi\n";
+      "target_width,at_target,at_target_grid_lo,at_target_grid_hi,at_target_t_lo,at_target_t_hi,seeds,slope_seed_lo,"
+      "slope_seed_hi,at_target_seed_lo,at_target_seed_hi\n";
   // group -> its condition and width; a group whose runs disagree is left out.
   std::map<std::string, std::pair<std::string, int64_t>> where;
   std::map<std::string, std::set<int64_t>> depths;  // condition -> n_layers seen
@@ -190,17 +255,21 @@ std::string width_markdown(const std::vector<PointRow>& rows, const std::vector<
   auto fit_of = [&](const std::string& c, size_t criterion, const std::string* over) {
     std::vector<double> widths;
     std::vector<EdgeRange> values;
+    std::vector<SeedPoints> seeds;
     for (const auto& [w, g] : by_width[c]) {
       EdgeRange v = edge_range(g->by_criterion[criterion]);
+      SeedPoints s = seed_points(g->by_criterion[criterion]);
       if (over) {
         const auto ref = by_width[*over].find(w);
         if (ref == by_width[*over].end()) continue;  // the reference has no run at this width
         v = ratio_range(v, edge_range(ref->second->by_criterion[criterion]));
+        s = seed_ratios(s, seed_points(ref->second->by_criterion[criterion]));
       }
       widths.push_back(static_cast<double>(w));
       values.push_back(v);
+      seeds.push_back(std::move(s));
     }
-    return fit_across_width(widths, values, target_width);
+    return fit_across_width(widths, values, target_width, seeds);
   };
   auto table_row = [&](const std::string& label, const std::string& kind, const std::string& criterion,
                        const WidthFit& f) {
@@ -213,16 +282,20 @@ std::string width_markdown(const std::vector<PointRow>& rows, const std::vector<
               bound_csv_number(f.slope_t.lo) + "," + bound_csv_number(f.slope_t.hi) + "," + target + "," +
               bound_csv_number(f.at_target) + "," + bound_csv_number(f.at_target_grid.lo) + "," +
               bound_csv_number(f.at_target_grid.hi) + "," + bound_csv_number(f.at_target_t.lo) + "," +
-              bound_csv_number(f.at_target_t.hi) + "\n";
+              bound_csv_number(f.at_target_t.hi) + "," + std::to_string(f.seeds) + "," +
+              bound_csv_number(f.slope_seeds.lo) + "," + bound_csv_number(f.slope_seeds.hi) + "," +
+              bound_csv_number(f.at_target_seeds.lo) + "," + bound_csv_number(f.at_target_seeds.hi) + "\n";
     }
     return "| " + label + " | " + criterion + " | " + per_width + " | " + signed_text(f.slope) + " | " +
            bound_interval_text(f.slope_grid, true) + " | " + bound_interval_text(f.slope_t, true) + " | " +
-           value_text(f.at_target) + " | " + bound_interval_text(f.at_target_grid, false) + " | " +
-           bound_interval_text(f.at_target_t, false) + " |\n";
+           bound_interval_text(f.slope_seeds, true) + " | " + value_text(f.at_target) + " | " +
+           bound_interval_text(f.at_target_grid, false) + " | " + bound_interval_text(f.at_target_t, false) + " | " +
+           bound_interval_text(f.at_target_seeds, false) + " |\n";
   };
   const std::string header = "| %s | criterion | per width: value [passed, failed) | log2 slope per doubling | "
-                             "grid interval | 95%% t-interval | at d" + target + " | grid interval | 95%% t-interval |\n"
-                             "|---|---|---|---|---|---|---|---|---|\n";
+                             "grid interval | 95%% t-interval | 95%% over seeds | at d" + target +
+                             " | grid interval | 95%% t-interval | 95%% over seeds |\n"
+                             "|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::string m = "## Stability edge across width\n\n";
   m += "Per condition and criterion (the criteria of the section above), the edge at each width (d_model; depth "
        "fixed), the least-squares slope of log2(edge) on log2(width) and the fitted line extrapolated to d" + target +
@@ -230,7 +303,9 @@ std::string width_markdown(const std::vector<PointRow>& rows, const std::vector<
        "means over seeds); the **grid interval** is the range of the slope, or of the extrapolation, over every "
        "choice of edges inside those brackets (≥: the widest LR passed; ∞: unbounded). The **95% t-interval** "
        "comes from the points' scatter about the line (n − 2 degrees of freedom; three or more widths) and knows "
-       "neither the grid nor seed-to-seed spread. A slope or extrapolation of '-' means an edge lies outside the "
+       "neither the grid nor seed-to-seed spread. **95% over seeds** is a percentile bootstrap (2000 replicates) "
+       "that redraws the seeds bracketed at every width, the same draw at each width, and refits: the spread the "
+       "seeds alone put on the fit, not the grid's (two or more such seeds). A slope or extrapolation of '-' means an edge lies outside the "
        "grid at some width: only its grid interval is defined.\n\n";
   m += strf(header.c_str(), "condition");
   for (const auto& c : usable)

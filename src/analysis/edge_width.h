@@ -13,11 +13,16 @@
 // of edges inside their brackets is reached at bracket ends: that range is the
 // grid interval printed beside the fit. With three or more widths the fit's
 // own 95% t-interval (n - 2 degrees of freedom, from the scatter of the
-// points about the line) is printed too; it says nothing about the grid, and
-// with one seed nothing about seed-to-seed spread.
+// points about the line) is printed too; it says nothing about the grid, nor
+// about seed-to-seed spread. With two or more seeds bracketed at every width,
+// a 95% percentile bootstrap over seeds (the same resampled seeds at every
+// width, since a seed fixes the data order and the initialisation draw)
+// gives the spread the seeds put on the slope and the extrapolation.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -48,11 +53,26 @@ struct WidthFit {
   double at_target = NAN;                // the fitted line at target_width
   Interval at_target_grid{NAN, NAN};     // over every choice inside the brackets
   Interval at_target_t{NAN, NAN};        // 95% t prediction of the line's mean at target_width
+  Interval slope_seeds{NAN, NAN};        // 95% percentile bootstrap over seeds; NaN below two common seeds
+  Interval at_target_seeds{NAN, NAN};
+  size_t seeds = 0;                      // seeds bracketed at every width (the bootstrap's population)
 };
 
+// One width's edge point per seed (the largest LR that passed; NaN where the
+// seed was not bracketed): the bootstrap's input.
+using SeedPoints = std::map<int64_t, double>;
+
 // Needs two or more distinct widths; values are positive ranges as above.
+// seed_points, when given, holds one map per width (values' order); only
+// seeds with a finite point at every width are resampled.
 WidthFit fit_across_width(const std::vector<double>& widths, const std::vector<EdgeRange>& values,
-                          double target_width);
+                          double target_width, const std::vector<SeedPoints>& seed_points = {},
+                          size_t replicates = 2000, uint64_t rng_seed = 20231);
+
+// Each seed's point of a criterion's edge (edge_range's per seed).
+SeedPoints seed_points(const CriterionEdge& e);
+// a / b seed by seed, over the seeds both have.
+SeedPoints seed_ratios(const SeedPoints& a, const SeedPoints& b);
 
 // The two-sided 95% quantile of Student's t with `df` degrees of freedom
 // (12.71 at 1, 4.30 at 2, ... 1.96 in the limit); NaN for df < 1.

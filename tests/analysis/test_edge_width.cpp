@@ -94,6 +94,63 @@ TEST(EdgeWidth, RangesOverSeedsAndRatios) {
   EXPECT_EQ(unbounded.lo, 0.0);
 }
 
+TEST(EdgeWidth, SeedBootstrapSpansTheSeedsOwnFits) {
+  // Seed 1's edge halves per doubling (slope -1), seed 2's stays at 0.1
+  // (slope 0). With two seeds a replicate draws {1,1} (1/4), {2,2} (1/4) or
+  // one of each (1/2): the 2.5th and 97.5th percentiles are the two seeds'
+  // own fits, and the fit through the geometric means lies between.
+  const std::vector<double> widths = {64, 128, 256};
+  std::vector<SeedPoints> seeds(3);
+  std::vector<EdgeRange> v;
+  for (size_t i = 0; i < widths.size(); ++i) {
+    seeds[i][1] = 0.1 * 64 / widths[i];
+    seeds[i][2] = 0.1;
+    const double g = std::sqrt(seeds[i][1] * seeds[i][2]);
+    v.push_back({g, 3 * g, g});
+  }
+  const WidthFit f = fit_across_width(widths, v, 1024, seeds);
+  EXPECT_NEAR(f.slope, -0.5, 1e-12);
+  EXPECT_EQ(f.seeds, 2u);
+  EXPECT_NEAR(f.slope_seeds.lo, -1.0, 1e-12);
+  EXPECT_NEAR(f.slope_seeds.hi, 0.0, 1e-12);
+  EXPECT_NEAR(f.at_target_seeds.lo, 0.1 * 64 / 1024, 1e-12);
+  EXPECT_NEAR(f.at_target_seeds.hi, 0.1, 1e-12);
+  // A seed not bracketed at one width is left out of every width's draw.
+  auto with_open = seeds;
+  with_open[0][3] = 0.05, with_open[1][3] = NAN, with_open[2][3] = 0.01;
+  const WidthFit g = fit_across_width(widths, v, 1024, with_open);
+  EXPECT_EQ(g.seeds, 2u);
+  EXPECT_EQ(g.slope_seeds.lo, f.slope_seeds.lo);
+  EXPECT_EQ(g.slope_seeds.hi, f.slope_seeds.hi);
+  // Seeds that agree give no spread; one seed gives no interval.
+  std::vector<SeedPoints> same(3);
+  for (size_t i = 0; i < 3; ++i) same[i] = {{1, 0.1 * 64 / widths[i]}, {2, 0.1 * 64 / widths[i]}};
+  std::vector<EdgeRange> exact;
+  for (double w : widths) exact.push_back({0.1 * 64 / w, 0.3 * 64 / w, 0.1 * 64 / w});
+  const WidthFit h = fit_across_width(widths, exact, 1024, same);
+  EXPECT_NEAR(h.slope_seeds.lo, -1.0, 1e-12);
+  EXPECT_NEAR(h.slope_seeds.hi, -1.0, 1e-12);
+  std::vector<SeedPoints> one(3);
+  for (size_t i = 0; i < 3; ++i) one[i] = {{1, 0.1 * 64 / widths[i]}};
+  EXPECT_TRUE(std::isnan(fit_across_width(widths, exact, 1024, one).slope_seeds.lo));
+}
+
+TEST(EdgeWidth, SeedPointsAndRatiosPairSeeds) {
+  CriterionEdge e;
+  EdgeBracket found, above;
+  found.state = EdgeState::found, found.stable = 0.01, found.unstable = 0.03;
+  above.state = EdgeState::above_high, above.stable = 0.1, above.unstable = NAN;
+  e.seeds = {7, 9};
+  e.brackets = {found, above};
+  const SeedPoints p = seed_points(e);
+  EXPECT_EQ(p.at(7), 0.01);
+  EXPECT_TRUE(std::isnan(p.at(9))) << "a seed above the grid has no point";
+  const SeedPoints r = seed_ratios({{1, 0.03}, {2, 0.1}, {3, 0.3}}, {{1, 0.01}, {2, 0.05}});
+  ASSERT_EQ(r.size(), 2u) << "seed 3 has no reference run";
+  EXPECT_NEAR(r.at(1), 3.0, 1e-12);
+  EXPECT_NEAR(r.at(2), 2.0, 1e-12);
+}
+
 namespace {
 
 PointRow width_row(const std::string& condition, int64_t d, double lr, double loss) {
@@ -141,6 +198,17 @@ TEST(EdgeWidth, ReportSectionPairsConditionsByWidth) {
   const double slope = std::log2(3.0) / 2;
   EXPECT_NE(md.find(strf("| %+.2f |", slope)), std::string::npos) << md;
   EXPECT_NE(csv.find("ratio,qk / none,degradation,256,1,10,3,"), std::string::npos) << csv;
+  // One seed: the bootstrap over seeds has nothing to resample.
+  EXPECT_NE(csv.find(",1,,,,\n"), std::string::npos) << csv;
+  // A second seed whose edges agree: the interval over seeds collapses onto the slope.
+  std::vector<PointRow> two_seeds = rows;
+  for (auto r : rows) {
+    r.seed = 2;
+    two_seeds.push_back(r);
+  }
+  width_markdown(two_seeds, criteria_edges(two_seeds), 1024, &csv);
+  EXPECT_NE(csv.find(strf("ratio,qk / none,degradation,256,1,10,3,%g,", slope)), std::string::npos) << csv;
+  EXPECT_NE(csv.find(strf(",2,%g,%g,", slope, slope)), std::string::npos) << csv;
   // A sweep without a width axis has no section.
   std::vector<PointRow> one_width;
   for (const auto& r : rows)

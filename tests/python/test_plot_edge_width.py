@@ -10,7 +10,8 @@ from keel_testlib import REPO
 
 SCRIPT = REPO / "scripts" / "plots" / "plot_sweep.py"
 COLUMNS = ("kind,condition,criterion,width,lo,hi,point,slope,slope_grid_lo,slope_grid_hi,slope_t_lo,slope_t_hi,"
-           "target_width,at_target,at_target_grid_lo,at_target_grid_hi,at_target_t_lo,at_target_t_hi")
+           "target_width,at_target,at_target_grid_lo,at_target_grid_hi,at_target_t_lo,at_target_t_hi,seeds,slope_seed_lo,"
+           "slope_seed_hi,at_target_seed_lo,at_target_seed_hi")
 
 
 def load_plot_sweep():
@@ -29,13 +30,15 @@ def test_columns_are_keels():
 def test_draws_edges_brackets_fits_and_ratios(tmp_path):
     rows = []
     for d, lo, hi in ((64, 0.03, 0.1), (128, 0.01, 0.03), (256, 0.003, 0.01)):
-        rows.append(["edge", "none", "degradation", d, lo, hi, lo, -1.1, -2, 0.5, -3, 1, 1024, 3e-4, 1e-5, 0.1, 1e-5, 0.1])
+        rows.append(["edge", "none", "degradation", d, lo, hi, lo, -1.1, -2, 0.5, -3, 1, 1024, 3e-4, 1e-5, 0.1, 1e-5, 0.1, 3, -1.5, -0.6,
+                     1e-4, 1e-3])
         rows.append(["edge", "none", "loss_divergence", d, 0.1, "inf", "", "", "-inf", 1, "", "", 1024, "", 0, "inf",
+                     "", "", 3, "", "", "", ""])
+        rows.append(["ratio", "qk / none", "degradation", d, 1, 10, 3, 0.8, -1, 2, "", "", 1024, 30, 0.1, 1000, "", "", 1, "", "",
                      "", ""])
-        rows.append(["ratio", "qk / none", "degradation", d, 1, 10, 3, 0.8, -1, 2, "", "", 1024, 30, 0.1, 1000, "", ""])
         # both above the grid: the ratio is unbounded on both sides, nothing to draw on a log axis
         rows.append(["ratio", "qk / none", "loss_divergence", d, 0, "inf", "", "", "-inf", "inf", "", "", 1024, "", 0,
-                     "inf", "", ""])
+                     "inf", "", "", 0, "", "", "", ""])
     path = tmp_path / "edge_width.csv"
     with path.open("w", newline="") as f:
         w = csv.writer(f)
@@ -47,7 +50,7 @@ def test_draws_edges_brackets_fits_and_ratios(tmp_path):
     png, svg = plots / "edge_vs_width.png", plots / "edge_vs_width.svg"
     assert png.stat().st_size > 10_000
     text = svg.read_text()
-    assert "none (-1.10/doubling)" in text  # the fitted line's legend
+    assert "none (-1.10/doubling, seeds -1.50 to -0.60)" in text  # the fitted line's legend, with its seed interval
     assert "none (no fit)" in text  # the criterion whose edges lie above the grid
     assert "qk / none (+0.80/doubling)" in text
     assert "edge / first condition" in text
