@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "model/activation_checkpoint.h"
+#include "util/host.h"
 
 namespace keel {
 
@@ -258,9 +259,7 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
 // null when this LibTorch lacks it.
 const c10::OperatorHandle* onednn_linear_op() {
   static const c10::OperatorHandle* op = []() -> const c10::OperatorHandle* {
-    const char* env = std::getenv("KEEL_CPU_LINEAR");
-    if ((env && std::strcmp(env, "aten") == 0) || composite_requested()) return nullptr;
-    if (!at::hasMKLDNN()) return nullptr;
+    if (composite_requested() || !at::hasMKLDNN()) return nullptr;
     auto handle = c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
     if (!handle) return nullptr;
     return new c10::OperatorHandle(*handle);
@@ -352,7 +351,26 @@ struct ReplayedAtenLinearFn : public torch::autograd::Function<ReplayedAtenLinea
 
 bool fused_cpu_kernels_enabled() { return fused_kernels_enabled(); }
 
-bool onednn_linear_enabled() { return onednn_linear_op() != nullptr && composite_only_depth == 0; }
+namespace {
+int onednn_linear_override = -1;  // -1: the default; 0 ATen; 1 oneDNN
+}  // namespace
+
+bool onednn_linear_by_default() {
+  static const bool on = [] {
+    const char* env = std::getenv("KEEL_CPU_LINEAR");
+    if (env && std::strcmp(env, "aten") == 0) return false;
+    if (env && std::strcmp(env, "onednn") == 0) return true;
+    return cpu_vendor() != "GenuineIntel";
+  }();
+  return on;
+}
+void set_onednn_linear(bool on) { onednn_linear_override = on ? 1 : 0; }
+void reset_onednn_linear() { onednn_linear_override = -1; }
+
+bool onednn_linear_enabled() {
+  if (onednn_linear_op() == nullptr || composite_only_depth != 0) return false;
+  return onednn_linear_override >= 0 ? onednn_linear_override == 1 : onednn_linear_by_default();
+}
 
 CompositeOnly::CompositeOnly() { ++composite_only_depth; }
 CompositeOnly::~CompositeOnly() { --composite_only_depth; }

@@ -29,15 +29,24 @@ namespace keel {
 torch::Tensor fused_cpu_row_norm(const torch::Tensor& x, const torch::Tensor& weight, int64_t dim, double eps,
                                  bool l2);
 
-// x @ w^T + b for every linear layer. On the CPU in fp32 it runs forward and
-// both backward matmuls on oneDNN (mkldnn::_linear_pointwise) instead of
+// x @ w^T + b for every linear layer. On an AMD CPU in fp32 it runs forward
+// and both backward matmuls on oneDNN (mkldnn::_linear_pointwise) instead of
 // at::linear's BLAS: the MKL build in the PyTorch wheel uses its AVX2 kernels
-// on AMD CPUs, oneDNN uses AVX-512 where the CPU has it (about 2x on the
-// development machine's Zen 5, README "Speed"). Elsewhere it is
-// torch::nn::functional::linear. KEEL_CPU_LINEAR=aten turns the oneDNN path off.
+// on AMD CPUs, oneDNN uses AVX-512 where the CPU has it (about 2x on a Zen 5,
+// docs/speed.md). On Intel CPUs MKL runs its AVX-512 kernels and takes
+// transposed operands as they are, where oneDNN's operator copies them for
+// the weight gradient: at::linear is the faster there (docs/speed.md, "On an
+// Intel Xeon"), and the default. Elsewhere it is torch::nn::functional::linear.
+// KEEL_CPU_LINEAR=aten|onednn overrides the choice.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {});
 // Whether linear() uses oneDNN for this CPU fp32 tensor (for tests and bench).
 bool onednn_linear_enabled();
+// The choice without overrides: KEEL_CPU_LINEAR, else oneDNN unless the CPU is an Intel one.
+bool onednn_linear_by_default();
+// For tests and the peak measurement: force the choice (where this LibTorch
+// has oneDNN); reset() goes back to the default.
+void set_onednn_linear(bool on);
+void reset_onednn_linear();
 
 // bf16 GEMMs on a CPU without bf16 hardware (AVX2 only, or AVX-512 without
 // its BF16 extension): ATen's bf16 matmul takes a slow path there, 12-17x

@@ -18,6 +18,7 @@
 #include "data/prepare.h"
 #include "distributed/dist_env.h"
 #include "model/init.h"
+#include "model/fused_ops.h"
 #include "model/model_size.h"
 #include "model/parametrization.h"
 #include "monitor/param_stats.h"
@@ -424,6 +425,9 @@ nlohmann::json Bench::run() {
                       breakdown["communication"].get<double>(), breakdown["other"].get<double>(), phases.size(),
                       breakdown["total"].get<double>());
   std::cout << "  attention  " << attention_kernel << " (SDPA tries " << compute_.attention_order << ")\n";
+  if (compute_.device.is_cpu() && !compute_.bf16_autocast)
+    std::cout << "  linear     " << (onednn_linear_enabled() ? "oneDNN (mkldnn::_linear_pointwise)" : "ATen (at::linear, BLAS)")
+              << " on this " << (cpu_vendor().empty() ? "CPU" : cpu_vendor()) << " (KEEL_CPU_LINEAR=aten|onednn overrides)\n";
   if (!ops.is_null()) {
     std::string top;
     for (const auto& e : ops["top"]) {

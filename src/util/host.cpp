@@ -24,6 +24,8 @@ std::string cpu_model() {
   return m.empty() ? "unknown CPU" : m;
 }
 
+std::string cpu_vendor() { return cpuinfo_field("vendor_id"); }
+
 std::string cpu_isa() {
   std::istringstream flags(" " + cpuinfo_field("flags") + " ");
   std::string out;

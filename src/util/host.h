@@ -8,6 +8,7 @@
 namespace keel {
 
 std::string cpu_model();  // /proc/cpuinfo "model name", or "unknown CPU"
+std::string cpu_vendor();  // /proc/cpuinfo "vendor_id" ("GenuineIntel", "AuthenticAMD"), or ""
 // The vector extensions the kernels can use, as the kernel reports them:
 // "avx512f avx512_bf16 amx_bf16 ..." (the subset present), or "avx2", or "".
 std::string cpu_isa();

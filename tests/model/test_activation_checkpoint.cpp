@@ -11,6 +11,7 @@
 
 #include "feature_configs.h"
 #include "model/chunked_loss.h"
+#include "model/fused_ops.h"
 #include "model/init.h"
 #include "model/transformer.h"
 #include "train/device.h"
@@ -107,6 +108,12 @@ TEST(ActivationCheckpoint, GradientsBitIdenticalUnderBf16AutocastAndDocumentMask
     cfg.n_layers = 3;
     expect_identical(cfg, f.name, true);
     expect_identical(cfg, f.name + " document mask", false, DocumentMasking{3, true});
+    // Both CPU linears, whichever this CPU's default is (oneDNN on AMD, at::linear on Intel).
+    for (bool onednn : {false, true}) {
+      set_onednn_linear(onednn);
+      expect_identical(cfg, f.name + (onednn ? " oneDNN linear" : " ATen linear"), false);
+    }
+    reset_onednn_linear();
   }
 }
 

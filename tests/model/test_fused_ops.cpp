@@ -11,6 +11,7 @@
 #include "model/fused_ops.h"
 #include "model/norm.h"
 #include "model/rope.h"
+#include "util/host.h"
 
 namespace {
 
@@ -156,9 +157,42 @@ TEST(FusedOps, StridedHeadSlicesGiveTheContiguousResults) {
   }
 }
 
+// The default, and on every CPU the oneDNN path forced on: CI's machines are
+// Intel and AMD by turns, and each must test the path the other takes.
+struct OneDnnLinearForced {
+  explicit OneDnnLinearForced(bool on) { keel::set_onednn_linear(on); }
+  ~OneDnnLinearForced() { keel::reset_onednn_linear(); }
+};
+
+TEST(FusedOps, LinearDefaultFollowsTheCpuVendor) {
+  const char* env = std::getenv("KEEL_CPU_LINEAR");
+  const bool composite = std::getenv("KEEL_CPU_KERNELS") && std::string(std::getenv("KEEL_CPU_KERNELS")) == "composite";
+  if (!env) EXPECT_EQ(keel::onednn_linear_by_default(), keel::cpu_vendor() != "GenuineIntel") << keel::cpu_vendor();
+  if (at::hasMKLDNN() && !composite) {
+    EXPECT_EQ(keel::onednn_linear_enabled(), keel::onednn_linear_by_default());
+    {
+      OneDnnLinearForced on(true);
+      EXPECT_TRUE(keel::onednn_linear_enabled());
+    }
+    {
+      OneDnnLinearForced off(false);
+      EXPECT_FALSE(keel::onednn_linear_enabled());
+      // Off, linear() is at::linear: the same bits.
+      auto x = torch::randn({7, 24}), w = torch::randn({40, 24});
+      EXPECT_TRUE(torch::equal(keel::linear(x, w), torch::nn::functional::linear(x, w)));
+    }
+    EXPECT_EQ(keel::onednn_linear_enabled(), keel::onednn_linear_by_default()) << "reset goes back to the default";
+  } else {
+    OneDnnLinearForced on(true);
+    EXPECT_FALSE(keel::onednn_linear_enabled()) << "no oneDNN, or the composite kernels asked for";
+  }
+}
+
 TEST(FusedOps, LinearMatchesAtenLinearWithGradients) {
-  // keel::linear takes oneDNN on the CPU in fp32 (when this LibTorch has it).
-  if (at::hasMKLDNN() && !std::getenv("KEEL_CPU_LINEAR")) EXPECT_TRUE(keel::onednn_linear_enabled());
+  // keel::linear on oneDNN (where this LibTorch has it), whatever the CPU's default.
+  OneDnnLinearForced forced(true);
+  if (at::hasMKLDNN() && !(std::getenv("KEEL_CPU_KERNELS") && std::string(std::getenv("KEEL_CPU_KERNELS")) == "composite"))
+    EXPECT_TRUE(keel::onednn_linear_enabled());
   torch::manual_seed(8);
   for (bool bias : {false, true}) {
     for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{37, 24}, {3, 11, 24}}) {
