@@ -18,7 +18,7 @@ say() { printf '[setup %4ds] %s\n' "$(( $(date +%s) - start ))" "$*"; }
 
 # 1. Debian packages.
 debs=(build-essential clang cmake ninja-build pkg-config git python3-venv zlib1g-dev
-      libzstd-dev libpcre2-dev libutf8proc-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libsentencepiece-dev sentencepiece
+      libzstd-dev zstd libpcre2-dev libutf8proc-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libsentencepiece-dev sentencepiece
       libcli11-dev nlohmann-json3-dev libgtest-dev libgloo-dev)
 missing=()
 for p in "${debs[@]}"; do

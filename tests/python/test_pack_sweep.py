@@ -35,7 +35,7 @@ def make_sweep(root):
 @pytest.fixture
 def needs_zstd():
     if subprocess.run(["sh", "-c", "command -v zstd"], capture_output=True).returncode != 0:
-        pytest.skip("zstd is not installed")
+        pytest.skip("the zstd command is not installed (scripts/setup.sh installs it)")
 
 
 def test_packs_finished_points_without_checkpoints(tmp_path, needs_zstd):
