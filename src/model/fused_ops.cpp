@@ -1,8 +1,6 @@
 #include "model/fused_ops.h"
 #include "model/fused_xent.h"
 
-#include <fstream>
-
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -380,12 +378,8 @@ int bf16_gemm_override = -1;  // -1: the default; 0 native; 1 emulated
 
 bool cpu_has_bf16_hardware() {
   static const bool has = [] {
-    std::ifstream in("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(in, line))
-      if (line.rfind("flags", 0) == 0)
-        return line.find(" avx512_bf16") != std::string::npos || line.find(" amx_bf16") != std::string::npos;
-    return false;
+    const std::string isa = " " + cpu_isa() + " ";  // util/host.h: the flags keel's kernels care about
+    return isa.find(" avx512_bf16 ") != std::string::npos || isa.find(" amx_bf16 ") != std::string::npos;
   }();
   return has;
 }

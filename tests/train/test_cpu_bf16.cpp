@@ -19,6 +19,7 @@
 #include "train/device.h"
 #include "optim/optimizer.h"
 #include "train/step_runner.h"
+#include "util/host.h"
 
 using namespace keel;
 
@@ -159,6 +160,16 @@ TEST(CpuBf16, EmulatedBf16GemmsGiveBf16sNumbers) {
   EXPECT_LT(emulated_vs_native, 0.5 * bf16_vs_fp32) << "emulated " << emulated_vs_native << ", bf16 vs fp32 "
                                                       << bf16_vs_fp32;
   EXPECT_GT((emulated - fp32).norm().item<double>(), 0.5 * bf16_vs_fp32) << "the emulation rounded nothing";
+}
+
+// The default follows the CPU's flags as util/host.h reads them: native bf16
+// GEMMs where AVX-512 BF16 or AMX is there, emulated elsewhere.
+TEST(CpuBf16, EmulationDefaultFollowsTheCpuFlags) {
+  if (std::getenv("KEEL_CPU_BF16_GEMM")) GTEST_SKIP() << "KEEL_CPU_BF16_GEMM overrides the default";
+  reset_cpu_bf16_gemm_emulated();
+  const std::string isa = " " + cpu_isa() + " ";
+  const bool hardware = isa.find(" avx512_bf16 ") != std::string::npos || isa.find(" amx_bf16 ") != std::string::npos;
+  EXPECT_EQ(cpu_bf16_gemm_emulated(), !hardware) << "flags: " << cpu_isa();
 }
 
 // One emulated linear against ATen's bf16 one: the same bf16 outputs but for
