@@ -8,14 +8,17 @@
 # machine and continued there.
 #
 #   scripts/studies/pack_sweep.sh runs/sweeps/wortsman-cpu docs/results/qknorm-edge-cpu/wortsman/runs.tar.zst
+#   scripts/studies/pack_sweep.sh runs/sweeps/wortsman-cpu runs-seed3.tar.zst --only '*_seed=3'
 #   scripts/studies/pack_sweep.sh --unpack docs/results/qknorm-edge-cpu/wortsman/runs.tar.zst runs/sweeps
 #
-# Packing only finished points; unpacking refuses to replace a point
+# Packing only finished points (--only GLOB: those whose names match, as
+# `keel sweep --only` selects them, so each archive holds one batch and
+# archives of one sweep unpack side by side); unpacking refuses to replace a point
 # directory that already exists (a newer run of it would be lost).
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 SWEEP_DIR OUT.tar.zst | $0 --unpack IN.tar.zst PARENT_DIR" >&2
+  echo "usage: $0 SWEEP_DIR OUT.tar.zst [--only GLOB] | $0 --unpack IN.tar.zst PARENT_DIR" >&2
   exit 2
 }
 
@@ -46,8 +49,8 @@ if [[ "${1:-}" == "--unpack" ]]; then
   exit 0
 fi
 
-[[ $# -eq 2 ]] || usage
-sweep=${1%/} out=$2
+[[ $# -eq 2 || ( $# -eq 4 && "$3" == "--only" ) ]] || usage
+sweep=${1%/} out=$2 only=${4:-*}
 [[ -f "$sweep/sweep.json" ]] || { echo "pack_sweep: $sweep: no sweep.json (not a keel sweep directory)" >&2; exit 2; }
 [[ -e "$out" ]] && { echo "pack_sweep: $out exists; remove it or name another file" >&2; exit 2; }
 parent=$(dirname "$sweep") name=$(basename "$sweep")
@@ -57,11 +60,14 @@ points=0
 for dir in "$sweep"/*/; do
   dir=${dir%/}
   [[ -f "$dir/summary.json" ]] || continue  # running or never started: nothing final to keep
+  # shellcheck disable=SC2053  # a glob, on purpose
+  [[ "$(basename "$dir")" == $only ]] || continue
   point="$name/$(basename "$dir")"
   for f in config.yaml summary.json metrics.jsonl spikes.jsonl compute.json; do
     [[ -f "$parent/$point/$f" ]] && files+=("$point/$f")
   done
   points=$((points + 1))
 done
+[[ $points -gt 0 ]] || { echo "pack_sweep: $sweep: no finished point matches '$only'; nothing packed" >&2; exit 2; }
 tar -I 'zstd -19 -T0' -cf "$out" -C "$parent" --sort=name --owner=0 --group=0 --mtime='@0' "${files[@]}"
 echo "pack_sweep: $points finished point(s) of $sweep -> $out ($(du -h "$out" | cut -f1))"

@@ -85,3 +85,26 @@ def test_refuses_a_member_outside_the_directory(tmp_path, needs_zstd):
     not_an_archive.write_text("hello")
     r = run("--unpack", not_an_archive, dest)
     assert r.returncode == 2 and "not a zstd tar archive" in r.stderr
+
+
+def test_only_packs_the_points_that_match(tmp_path, needs_zstd):
+    sweep = make_sweep(tmp_path)
+    other = sweep / "b_lr=1e-2"
+    other.mkdir()
+    (other / "summary.json").write_text("{}")
+    out = tmp_path / "a.tar.zst"
+    r = run(sweep, out, "--only", "a_*")
+    assert r.returncode == 0, r.stderr
+    members = subprocess.run(["tar", "-I", "zstd", "-tf", out], capture_output=True, text=True, check=True).stdout.split()
+    assert "demo/a_lr=1e-2/summary.json" in members and not any(m.startswith("demo/b_") for m in members)
+    # Two archives of one sweep unpack side by side: the sweep's own files are shared, the points are not.
+    assert run(sweep, tmp_path / "b.tar.zst", "--only", "b_*").returncode == 0
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    assert run("--unpack", out, dest).returncode == 0
+    r = run("--unpack", tmp_path / "b.tar.zst", dest)
+    assert r.returncode == 0, r.stderr
+    assert (dest / "demo" / "b_lr=1e-2" / "summary.json").exists()
+    none = run(sweep, tmp_path / "c.tar.zst", "--only", "zzz*")
+    assert none.returncode == 2 and "no finished point matches" in none.stderr
+    assert not (tmp_path / "c.tar.zst").exists()
