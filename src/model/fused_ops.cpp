@@ -274,7 +274,8 @@ torch::Tensor onednn_matmul_t(const torch::Tensor& x, const torch::Tensor& w) {
   return stack[0].toTensor();
 }
 
-// dx = dy w ([M, out] x [out, in]); dw = dy^T x ([out, M] x [M, in]); transposes are views.
+// dx = dy w ([M, out] x [out, in]); dw = dy^T x ([out, M] x [M, in]); transposes are views,
+// which oneDNN's operator copies and at::mm takes as they lie.
 variable_list onednn_linear_backward(AutogradContext* ctx, const torch::Tensor& grad) {
   auto saved = ctx->get_saved_variables();
   const auto &x = saved[0], &w = saved[1];
@@ -282,7 +283,9 @@ variable_list onednn_linear_backward(AutogradContext* ctx, const torch::Tensor& 
   auto dy = grad.reshape({-1, out});
   torch::Tensor dx, dw;
   if (ctx->needs_input_grad(0)) dx = onednn_matmul_t(dy, w.t()).view(x.sizes());
-  if (ctx->needs_input_grad(1)) dw = onednn_matmul_t(dy.t(), x.reshape({-1, in}).t());
+  if (ctx->needs_input_grad(1))
+    dw = onednn_weight_grad_enabled() ? onednn_matmul_t(dy.t(), x.reshape({-1, in}).t())
+                                      : dy.t().mm(x.reshape({-1, in}));
   return {dx, dw};
 }
 
@@ -364,6 +367,25 @@ bool onednn_linear_by_default() {
 }
 void set_onednn_linear(bool on) { onednn_linear_override = on ? 1 : 0; }
 void reset_onednn_linear() { onednn_linear_override = -1; }
+
+namespace {
+int onednn_weight_grad_override = -1;  // -1: the default; 0 at::mm; 1 oneDNN
+}  // namespace
+
+bool onednn_weight_grad_by_default() {
+  static const bool on = [] {
+    const char* env = std::getenv("KEEL_CPU_LINEAR_DW");
+    if (env && std::strcmp(env, "aten") == 0) return false;
+    if (env && std::strcmp(env, "onednn") == 0) return true;
+    return false;
+  }();
+  return on;
+}
+void set_onednn_weight_grad(bool on) { onednn_weight_grad_override = on ? 1 : 0; }
+void reset_onednn_weight_grad() { onednn_weight_grad_override = -1; }
+bool onednn_weight_grad_enabled() {
+  return onednn_weight_grad_override >= 0 ? onednn_weight_grad_override == 1 : onednn_weight_grad_by_default();
+}
 
 bool onednn_linear_enabled() {
   if (onednn_linear_op() == nullptr || composite_only_depth != 0) return false;

@@ -47,6 +47,16 @@ bool onednn_linear_by_default();
 // has oneDNN); reset() goes back to the default.
 void set_onednn_linear(bool on);
 void reset_onednn_linear();
+// The weight gradient dW = dy^T x of a oneDNN linear: mkldnn::_linear_pointwise
+// takes row-major a b^T only, so it copies dy^T and x^T first, where at::mm
+// (MKL) reads them as they lie. The copies cost more than oneDNN's faster
+// kernel gains: at::mm is the default (scripts/bench/bench_linear.py on a
+// Zen 4, docs/speed.md), and the forward and input gradient stay on oneDNN.
+// KEEL_CPU_LINEAR_DW=aten|onednn overrides; set/reset as above, for tests.
+bool onednn_weight_grad_enabled();
+bool onednn_weight_grad_by_default();
+void set_onednn_weight_grad(bool on);
+void reset_onednn_weight_grad();
 
 // bf16 GEMMs on a CPU without bf16 hardware (AVX2 only, or AVX-512 without
 // its BF16 extension): ATen's bf16 matmul takes a slow path there, 12-17x

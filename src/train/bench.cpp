@@ -426,8 +426,12 @@ nlohmann::json Bench::run() {
                       breakdown["total"].get<double>());
   std::cout << "  attention  " << attention_kernel << " (SDPA tries " << compute_.attention_order << ")\n";
   if (compute_.device.is_cpu() && !compute_.bf16_autocast)
-    std::cout << "  linear     " << (onednn_linear_enabled() ? "oneDNN (mkldnn::_linear_pointwise)" : "ATen (at::linear, BLAS)")
-              << " on this " << (cpu_vendor().empty() ? "CPU" : cpu_vendor()) << " (KEEL_CPU_LINEAR=aten|onednn overrides)\n";
+    std::cout << "  linear     "
+              << (!onednn_linear_enabled()          ? "ATen (at::linear, BLAS)"
+                  : onednn_weight_grad_enabled() ? "oneDNN (mkldnn::_linear_pointwise)"
+                                                 : "oneDNN (mkldnn::_linear_pointwise), weight gradient at::mm")
+              << " on this " << (cpu_vendor().empty() ? "CPU" : cpu_vendor())
+              << " (KEEL_CPU_LINEAR=aten|onednn, KEEL_CPU_LINEAR_DW=aten|onednn override)\n";
   if (!ops.is_null()) {
     std::string top;
     for (const auto& e : ops["top"]) {

@@ -194,6 +194,9 @@ TEST(FusedOps, LinearMatchesAtenLinearWithGradients) {
   if (at::hasMKLDNN() && !(std::getenv("KEEL_CPU_KERNELS") && std::string(std::getenv("KEEL_CPU_KERNELS")) == "composite"))
     EXPECT_TRUE(keel::onednn_linear_enabled());
   torch::manual_seed(8);
+  // The weight gradient both ways (oneDNN on copied transposes, at::mm on views).
+  for (bool dw_onednn : {false, true}) {
+  keel::set_onednn_weight_grad(dw_onednn);
   for (bool bias : {false, true}) {
     for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{37, 24}, {3, 11, 24}}) {
       auto x = torch::randn(shape), w = torch::randn({40, 24});
@@ -209,13 +212,18 @@ TEST(FusedOps, LinearMatchesAtenLinearWithGradients) {
         return std::vector<torch::Tensor>{y.detach(), xx.grad(), ww.grad(), bias ? bb.grad() : torch::zeros({1})};
       };
       auto a = grads(true), r = grads(false);
-      const std::string what = "bias " + std::to_string(bias) + " dims " + std::to_string(shape.size());
+      const std::string what = "bias " + std::to_string(bias) + " dims " + std::to_string(shape.size()) +
+                               " dW on oneDNN " + std::to_string(dw_onednn);
       expect_close(a[0], r[0], 1e-4, what + " y");
       expect_close(a[1], r[1], 1e-4, what + " dx");
       expect_close(a[2], r[2], 1e-4, what + " dw");
+      if (!dw_onednn)  // the switch takes effect: at::mm's own bits
+        EXPECT_TRUE(torch::equal(a[2], dy.reshape({-1, 40}).t().mm(x.reshape({-1, 24})))) << what;
       expect_close(a[3], r[3], 1e-4, what + " db");
     }
   }
+  }
+  keel::reset_onednn_weight_grad();
   // A weight used twice (tied embedding and head) accumulates both gradients.
   auto w = torch::randn({16, 8}).requires_grad_(true);
   auto x = torch::randn({5, 8});
