@@ -20,6 +20,7 @@ set(KEEL_TENSOR_SOURCES
   src/model/blockwise_attention.cpp
   src/model/chunked_loss.cpp
   src/model/documents.cpp
+  src/model/fused_cuda.cpp
   src/model/fused_ops.cpp
   src/model/fused_xent.cpp
   src/model/generate.cpp

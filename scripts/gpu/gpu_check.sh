@@ -14,8 +14,8 @@
 # curves; NCCL and data parallel on one GPU (two ranks, resume, a peer
 # killed); training under a CUDA graph; bf16 with every QK-Norm type, with and
 # without the attention softcap; whole vs chunked output logits.
-# Part 2, speed: gpt2-124m keel vs PyTorch eager and torch.compile; cuDNN vs
-# flash attention; QK-Norm and monitoring cost; softcap at T = 1024 and
+# Part 2, speed: gpt2-124m keel vs PyTorch eager and torch.compile; keel's
+# fused CUDA kernels vs the composite path; cuDNN vs flash attention; QK-Norm and monitoring cost; softcap at T = 1024 and
 # 4096; Muon; CUDA graphs (kernel counts are in every bench record).
 #
 # $OUT gets three files:
@@ -427,6 +427,10 @@ ckpt_bench() {  # activation checkpointing's peak memory and step time, beside k
   done
 }
 
+fused_bench() {  # keel's CUDA kernels (KEEL_CUDA_FUSED=1) against compare's keel record, which runs without them
+  KEEL_CUDA_FUSED=1 bench gpt2-fused configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}"
+}
+
 graph_bench() {  # the small default model, where launch overhead dominates: eager, then one CUDA graph
   bench default-eager configs/default.yaml "${train_set[@]}" "${steps[@]}" || return 1
   bench default-graph configs/default.yaml "${train_set[@]}" "${steps[@]}" --set train.cuda_graph=$graph
@@ -446,8 +450,10 @@ part1() {
 }
 part2() {
   section compare-pytorch 150 compare
+  # keel's fused CUDA kernels against the composite path (compare's keel record); gpu-tests checks their values.
+  section bench-gpt2-fused 20 fused_bench
   # train.attention_backend: auto (compare's keel record) prefers cuDNN attention on Hopper; FlashAttention-2.
-  section bench-gpt2-flash 30 bench gpt2-flash configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
+  section bench-gpt2-flash 20 bench gpt2-flash configs/gpt2-124m.yaml "${gpt2_set[@]}" "${steps[@]}" \
       --set train.attention_backend=flash
   section bench-qknorm 60 qknorm
   # Gemma's attention softcap on the blockwise attention, T = 1024.

@@ -147,6 +147,10 @@ def summarize(scratch, out, part, dry, elapsed, budget, status, only, stage="fin
     if fa:  # a ratio of one kernel against itself says nothing about flash vs cuDNN
         kernels = [(rec(n).get("attention") or {}).get("kernel") for n in fa["records"]]
         fa["what"] += f"; kernels {kernels[0]} vs {kernels[1]}" + (" (THE SAME KERNEL RAN)" if kernels[0] == kernels[1] else "")
+    ratio("fused CUDA kernels / composite", "gpt2-fused.json", "compare/keel-1.json", "ms/step")
+    fc = derived.get("fused CUDA kernels / composite")
+    if fc and not (rec("gpt2-fused.json").get("fused_kernels") or {}).get("cuda"):
+        fc["what"] += " (THE FUSED KERNELS DID NOT RUN)"
     ratio("softcap 50 / none, T = 1024", "gpt2-softcap.json", "compare/keel-1.json", "ms/step")
     ratio("muon / adamw", "gpt2-muon.json", "compare/keel-1.json", "ms/step")
     ratio("graph / eager, default config", "default-graph.json", "default-eager.json", "ms/step")

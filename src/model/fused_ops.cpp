@@ -394,6 +394,7 @@ bool onednn_linear_enabled() {
 
 CompositeOnly::CompositeOnly() { ++composite_only_depth; }
 CompositeOnly::~CompositeOnly() { --composite_only_depth; }
+bool composite_only_active() { return composite_only_depth != 0; }
 
 namespace {
 int bf16_gemm_override = -1;  // -1: the default; 0 native; 1 emulated

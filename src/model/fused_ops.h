@@ -86,6 +86,8 @@ class CompositeOnly {
   CompositeOnly(const CompositeOnly&) = delete;
   CompositeOnly& operator=(const CompositeOnly&) = delete;
 };
+// Whether a CompositeOnly guard is alive on this thread (the CUDA kernels, fused_cuda.h, ask too).
+bool composite_only_active();
 
 // Rotate-half RoPE on x [B, T, heads, D] with tables cos, sin [>= T, D] (any
 // float dtype; converted to x's): x * cos + rotate_half(x) * sin.

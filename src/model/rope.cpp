@@ -1,5 +1,6 @@
 #include "model/rope.h"
 
+#include "model/fused_cuda.h"
 #include "model/fused_ops.h"
 
 namespace keel {
@@ -42,8 +43,10 @@ torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& t, const torc
     };
     return x * gather(t.cos) + x.roll(x.size(-1) / 2, -1) * gather(t.sin_signed);
   }
-  // CPU: one fused pass forward and backward (src/model/fused_ops.h), same values.
+  // One fused pass forward and backward, same values: CPU (src/model/fused_ops.h),
+  // CUDA where switched on (src/model/fused_cuda.h).
   if (auto fused = fused_cpu_rope(x, t.cos, t.sin); fused.defined()) return fused;
+  if (auto fused = fused_cuda_rope(x, t.cos, t.sin); fused.defined()) return fused;
   const int64_t T = x.size(1), half = x.size(-1) / 2;
   const bool lowp = t.cos_lowp.defined() && t.cos_lowp.scalar_type() == x.scalar_type() && t.cos_lowp.size(0) >= T;
   const auto& cos_table = lowp ? t.cos_lowp : t.cos;

@@ -18,7 +18,9 @@
 #include "data/prepare.h"
 #include "distributed/dist_env.h"
 #include "model/init.h"
+#include "model/fused_cuda.h"
 #include "model/fused_ops.h"
+#include "model/fused_xent.h"
 #include "model/model_size.h"
 #include "model/parametrization.h"
 #include "monitor/param_stats.h"
@@ -397,6 +399,10 @@ nlohmann::json Bench::run() {
       // kernel: what SDPA chooses now for this run's shapes (after the steps), beside what was asked for
       {"attention", {{"kernel", attention_kernel}, {"requested", name_of(cfg_.train.attention_backend)},
                      {"sdpa_order", compute_.attention_order}}},
+      // keel's own kernels: the CPU's (fused_ops.h) and CUDA's (fused_cuda.h), as this run had them
+      {"fused_kernels", {{"cpu", compute_.device.is_cpu() && fused_cpu_kernels_enabled()},
+                         {"cuda_built", fused_cuda_kernels_built()},
+                         {"cuda", compute_.device.is_cuda() && fused_cuda_kernels_enabled()}}},
       {"ops_per_step", ops},
       {"monitor", monitor},
       {"load_average", {load[0], load[1], load[2]}}};
@@ -425,6 +431,12 @@ nlohmann::json Bench::run() {
                       breakdown["communication"].get<double>(), breakdown["other"].get<double>(), phases.size(),
                       breakdown["total"].get<double>());
   std::cout << "  attention  " << attention_kernel << " (SDPA tries " << compute_.attention_order << ")\n";
+  if (compute_.device.is_cuda())
+    std::cout << "  fused      keel's CUDA kernels (RoPE) "
+              << (fused_cuda_kernels_enabled() ? "on"
+                  : fused_cuda_kernels_built() ? "off (KEEL_CUDA_FUSED=1 turns them on)"
+                                               : "not in this build")
+              << "\n";
   if (compute_.device.is_cpu() && !compute_.bf16_autocast)
     std::cout << "  linear     "
               << (!onednn_linear_enabled()          ? "ATen (at::linear, BLAS)"

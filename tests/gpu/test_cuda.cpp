@@ -12,7 +12,10 @@
 #include "model/attention.h"
 #include "model/blockwise_attention.h"
 #include "model/documents.h"
+#include "model/fused_cuda.h"
+#include "model/fused_ops.h"
 #include "model/init.h"
+#include "model/rope.h"
 #include "test_util.h"
 #include "train/device.h"
 #include "optim/grad_norms.h"
@@ -179,6 +182,46 @@ TEST(Cuda, FlashSdpaWithNativeGqaMatchesExplicitPath) {
                                 c10::nullopt, nullptr);
   auto err = (fused.to(torch::kFloat32) - ref).norm() / ref.norm();
   EXPECT_LT(err.item<double>(), 1e-2);
+}
+
+// keel's RoPE kernel (src/model/cuda/rope_kernel.cu) against apply_rope's
+// composite on the same GPU: bit for bit forward and backward in fp32, bf16
+// and fp16, on the strided q view of a fused qkv projection.
+// tests/model/test_rope_element.cpp runs the same per-element code on the CPU.
+TEST(Cuda, FusedRopeEqualsCompositeBitForBit) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  if (!fused_cuda_kernels_built()) GTEST_SKIP() << "this build has no CUDA kernels of keel's";
+  auto tables = make_rope_tables(256, 64, 10000.0, torch::kCUDA);
+  torch::manual_seed(5);
+  set_fused_cuda_kernels(true);
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kFloat16}) {
+    const std::string what = c10::toString(dtype);
+    auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
+    auto qkv = torch::randn({4, 200, 3 * 6, 64}, opts) * 3;  // T 200 of a 256-row table
+    auto dy = torch::randn({4, 200, 6, 64}, opts);
+    auto run = [&](bool fused) {
+      auto x = qkv.narrow(2, 6, 6).detach().requires_grad_(true);
+      torch::Tensor y;
+      if (fused) {
+        y = fused_cuda_rope(x, tables.cos, tables.sin);
+        EXPECT_TRUE(y.defined()) << what << ": the kernel declined";
+        if (!y.defined()) return std::make_pair(torch::Tensor(), torch::Tensor());
+      } else {
+        CompositeOnly composite;
+        y = apply_rope(x, tables);
+      }
+      y.backward(dy);
+      return std::make_pair(y.detach(), x.grad());
+    };
+    auto [y, dx] = run(true);
+    auto [y_ref, dx_ref] = run(false);
+    if (!y.defined()) continue;
+    EXPECT_TRUE(torch::equal(y, y_ref)) << what << " forward";
+    EXPECT_TRUE(torch::equal(dx, dx_ref)) << what << " backward";
+    // apply_rope takes the kernel when it is switched on.
+    EXPECT_TRUE(torch::equal(apply_rope(qkv.narrow(2, 6, 6), tables), y_ref)) << what;
+  }
+  reset_fused_cuda_kernels();
 }
 
 // The blockwise attention (softcap, clamp, QK-clip, statistics) runs its

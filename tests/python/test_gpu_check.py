@@ -26,7 +26,7 @@ MACHINE_START_S = 120
 SESSION_PLAN_S = 12 * 60
 PART1 = ["gpu-tests", "train-cuda-vs-cpu", "nccl-2ranks", "train-cuda-graph", "bf16-variants",
          "bench-gpt2-whole-logits"]
-PART2 = ["compare-pytorch", "bench-gpt2-flash", "bench-qknorm", "bench-gpt2-softcap"]
+PART2 = ["compare-pytorch", "bench-gpt2-fused", "bench-gpt2-flash", "bench-qknorm", "bench-gpt2-softcap"]
 PART3 = ["bench-gpt2-ckpt", "bench-gpt2-softcap-4k", "bench-gpt2-muon", "bench-default-graph", "bench-gpt2"]
 PARTS = {1: PART1, 2: PART2, 3: PART3}
 OUT_FILES = ["logs.tar.gz", "results.json", "summary.md"]
@@ -144,7 +144,7 @@ def test_part2_dry_run_passes_every_section(tmp_path):
     bench = results["bench"]
     for name in ["compare/keel-1.json", "compare/eager-1.json", "compare/summary.json", "gpt2-flash.json",
                  "qknorm/none-1.json", "qknorm/rms-1.json", "qknorm/l2-1.json", "qknorm/summary.json",
-                 "gpt2-softcap.json"]:
+                 "gpt2-softcap.json", "gpt2-fused.json"]:
         assert name in bench, f"{name} missing from results.json: {sorted(bench)}"
     assert bench["compare/keel-1.json"]["tokens_per_s"] > 0
     assert bench["compare/keel-1.json"]["ops_per_step"]["kernels"] > 0  # the kernel counts
@@ -155,6 +155,9 @@ def test_part2_dry_run_passes_every_section(tmp_path):
         assert figure in results["derived"], sorted(results["derived"])
     # On the CPU both run the same kernel, and the figure says so rather than pass for a comparison.
     assert "THE SAME KERNEL RAN" in results["derived"]["flash / auto (cuDNN on Hopper)"]["what"]
+    # On the CPU keel's CUDA kernels cannot run: the fused/composite figure says so.
+    assert bench["gpt2-fused.json"]["fused_kernels"]["cuda"] is False
+    assert "THE FUSED KERNELS DID NOT RUN" in results["derived"]["fused CUDA kernels / composite"]["what"]
 
 
 def test_part3_dry_run_passes_every_section(tmp_path):
