@@ -1,5 +1,6 @@
 #include "model/chunked_loss.h"
 
+#include "model/fused_cuda.h"
 #include "model/fused_ops.h"
 #include "model/fused_xent.h"
 
@@ -55,11 +56,19 @@ struct ChunkedHeadLossFn : public torch::autograd::Function<ChunkedHeadLossFn> {
       const int64_t n = std::min(chunk, N - r0);
       auto h = hidden.narrow(0, r0, n).to(cdt);
       auto t_idx = targets.narrow(0, r0, n).unsqueeze(1);  // shape: [n, 1]
-      auto s = keel::linear(h, w).to(acc);  // h W^T, shape: [n, padded_vocab]; oneDNN on the CPU, as the head's forward
+      auto s = keel::linear(h, w);  // h W^T, shape: [n, padded_vocab]; oneDNN on the CPU, as the head's forward
       Tensor ds;
       Tensor lse_rows, target_rows;  // shape: [n] each
-      if (fused_cpu_softmax_xent(s, targets.narrow(0, r0, n), vocab, cap, inv_n, z_coef, want_grad, &lse_rows,
-                                 &target_rows)) {
+      if (fused_cuda_softmax_xent(s, targets.narrow(0, r0, n), vocab, cap, inv_n, z_coef, want_grad, &lse_rows,
+                                  &target_rows)) {
+        // The CUDA kernel (where switched on): reads the logits in the compute
+        // dtype and writes the gradient over them, rounded to it.
+        ce_sum += (lse_rows - target_rows).sum();
+        z_sum += lse_rows.pow(2).sum();
+        if (!want_grad) continue;
+        ds = s;
+      } else if (s = s.to(acc); fused_cpu_softmax_xent(s, targets.narrow(0, r0, n), vocab, cap, inv_n, z_coef,
+                                                       want_grad, &lse_rows, &target_rows)) {
         // The CPU kernel: cap, log-sum-exp and (in place) the gradient in one pass over each row.
         ce_sum += (lse_rows - target_rows).sum();
         z_sum += lse_rows.pow(2).sum();

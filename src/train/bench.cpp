@@ -432,7 +432,7 @@ nlohmann::json Bench::run() {
                       breakdown["total"].get<double>());
   std::cout << "  attention  " << attention_kernel << " (SDPA tries " << compute_.attention_order << ")\n";
   if (compute_.device.is_cuda())
-    std::cout << "  fused      keel's CUDA kernels (RoPE) "
+    std::cout << "  fused      keel's CUDA kernels (RoPE, loss) "
               << (fused_cuda_kernels_enabled() ? "on"
                   : fused_cuda_kernels_built() ? "off (KEEL_CUDA_FUSED=1 turns them on)"
                                                : "not in this build")

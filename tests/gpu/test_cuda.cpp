@@ -11,6 +11,7 @@
 #include "data/prepare.h"
 #include "model/attention.h"
 #include "model/blockwise_attention.h"
+#include "model/chunked_loss.h"
 #include "model/documents.h"
 #include "model/fused_cuda.h"
 #include "model/fused_ops.h"
@@ -222,6 +223,48 @@ TEST(Cuda, FusedRopeEqualsCompositeBitForBit) {
     EXPECT_TRUE(torch::equal(apply_rope(qkv.narrow(2, 6, 6), tables), y_ref)) << what;
   }
   reset_fused_cuda_kernels();
+}
+
+// keel's softmax / cross-entropy kernel (src/model/cuda/xent_kernel.cu)
+// inside the chunked loss against the composite on the same GPU: loss parts
+// and the gradients of hidden states and head, fp32 and bf16 compute, with
+// and without the softcap, a padded vocabulary, chunks that do not divide N.
+// tests/model/test_xent_row.cpp runs the kernel's code on the CPU.
+TEST(Cuda, FusedSoftmaxXentEqualsTheCompositeChunkedLoss) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  if (!fused_cuda_kernels_built()) GTEST_SKIP() << "this build has no CUDA kernels of keel's";
+  torch::manual_seed(6);
+  const int64_t N = 300, C = 64, V = 1000, padded = 1024;
+  auto opts = torch::TensorOptions().device(torch::kCUDA);
+  auto hidden0 = torch::randn({N, C}, opts), head0 = torch::randn({padded, C}, opts) * 0.3;
+  auto targets = torch::randint(0, V, {N}, opts.dtype(torch::kLong));
+  for (auto compute : {torch::kFloat32, torch::kBFloat16}) {
+    for (double cap : {0.0, 30.0}) {
+      HeadLossOptions o;
+      o.chunk_tokens = 128;
+      o.vocab_size = V;
+      o.z_loss_coef = 1e-4;
+      if (cap > 0) o.final_softcap = cap;
+      if (compute != torch::kFloat32) o.compute_dtype = compute;
+      const std::string what = std::string(c10::toString(compute)) + " cap " + std::to_string(cap);
+      auto run = [&](bool fused) {
+        auto hidden = hidden0.clone().requires_grad_(true), head = head0.clone().requires_grad_(true);
+        set_fused_cuda_kernels(fused);
+        auto parts = chunked_head_loss(hidden, head, targets, o);
+        parts.total.backward();
+        reset_fused_cuda_kernels();
+        return std::vector<torch::Tensor>{parts.total.detach(), parts.ce.detach(), parts.z.detach(), hidden.grad(),
+                                          head.grad()};
+      };
+      auto got = run(true), ref = run(false);
+      const double tol = compute == torch::kFloat32 ? 1e-5 : 1e-2;
+      const char* names[] = {"total", "ce", "z", "d hidden", "d head"};
+      for (int i = 0; i < 5; ++i) {
+        const double err = ((got[i] - ref[i]).norm() / (ref[i].norm() + 1e-12)).item<double>();
+        EXPECT_LT(err, tol) << what << " " << names[i];
+      }
+    }
+  }
 }
 
 // The blockwise attention (softcap, clamp, QK-clip, statistics) runs its

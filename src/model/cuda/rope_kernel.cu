@@ -31,14 +31,14 @@ const char* run(const void* x, const void* cos, const void* sin, void* y, const 
 
 }  // namespace
 
-const char* launch(Dtype dtype, const void* x, const void* cos, const void* sin, void* y, const Layout& layout,
+const char* launch(KernelDtype dtype, const void* x, const void* cos, const void* sin, void* y, const Layout& layout,
                    int64_t n, bool backward, void* stream) {
   if (n == 0) return nullptr;
   auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case Dtype::f32: return run<float>(x, cos, sin, y, layout, n, backward, s);
-    case Dtype::bf16: return run<c10::BFloat16>(x, cos, sin, y, layout, n, backward, s);
-    case Dtype::f16: return run<c10::Half>(x, cos, sin, y, layout, n, backward, s);
+    case KernelDtype::f32: return run<float>(x, cos, sin, y, layout, n, backward, s);
+    case KernelDtype::bf16: return run<c10::BFloat16>(x, cos, sin, y, layout, n, backward, s);
+    case KernelDtype::f16: return run<c10::Half>(x, cos, sin, y, layout, n, backward, s);
   }
   return "keel::rope::launch: unknown dtype";
 }

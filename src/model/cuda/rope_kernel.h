@@ -4,16 +4,15 @@
 
 #include <cstdint>
 
+#include "model/cuda/kernel_dtype.h"
 #include "model/cuda/rope_element.h"
 
 namespace keel::rope {
 
-enum class Dtype { f32, bf16, f16 };
-
 // y [B, seq, heads, d] contiguous = RoPE (or its transpose) of x with `layout`,
 // n = B * seq * heads * d elements, on `stream` (a cudaStream_t). Returns
 // null, or the CUDA error's text.
-const char* launch(Dtype dtype, const void* x, const void* cos, const void* sin, void* y, const Layout& layout,
+const char* launch(KernelDtype dtype, const void* x, const void* cos, const void* sin, void* y, const Layout& layout,
                    int64_t n, bool backward, void* stream);
 
 }  // namespace keel::rope
