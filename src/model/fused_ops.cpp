@@ -356,13 +356,16 @@ namespace {
 int onednn_linear_override = -1;  // -1: the default; 0 ATen; 1 oneDNN
 }  // namespace
 
+// An environment variable naming the CPU path: "aten" or "onednn", else `fallback`.
+static bool onednn_requested(const char* name, bool fallback) {
+  const char* env = std::getenv(name);
+  if (env && std::strcmp(env, "aten") == 0) return false;
+  if (env && std::strcmp(env, "onednn") == 0) return true;
+  return fallback;
+}
+
 bool onednn_linear_by_default() {
-  static const bool on = [] {
-    const char* env = std::getenv("KEEL_CPU_LINEAR");
-    if (env && std::strcmp(env, "aten") == 0) return false;
-    if (env && std::strcmp(env, "onednn") == 0) return true;
-    return cpu_vendor() != "GenuineIntel";
-  }();
+  static const bool on = onednn_requested("KEEL_CPU_LINEAR", cpu_vendor() != "GenuineIntel");
   return on;
 }
 void set_onednn_linear(bool on) { onednn_linear_override = on ? 1 : 0; }
@@ -373,12 +376,7 @@ int onednn_weight_grad_override = -1;  // -1: the default; 0 at::mm; 1 oneDNN
 }  // namespace
 
 bool onednn_weight_grad_by_default() {
-  static const bool on = [] {
-    const char* env = std::getenv("KEEL_CPU_LINEAR_DW");
-    if (env && std::strcmp(env, "aten") == 0) return false;
-    if (env && std::strcmp(env, "onednn") == 0) return true;
-    return false;
-  }();
+  static const bool on = onednn_requested("KEEL_CPU_LINEAR_DW", false);
   return on;
 }
 void set_onednn_weight_grad(bool on) { onednn_weight_grad_override = on ? 1 : 0; }
