@@ -6,6 +6,7 @@
 #include "model/fused_ops.h"
 
 #ifdef KEEL_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include "model/cuda/rope_kernel.h"
@@ -59,6 +60,7 @@ void* current_stream(const torch::Tensor& t) { return c10::cuda::getCurrentCUDAS
 torch::Tensor run_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, bool backward) {
   auto y = torch::empty(x.sizes(), x.options().memory_format(c10::MemoryFormat::Contiguous));
   const rope::Layout layout{x.size(1), x.size(2), x.size(3), x.stride(0), x.stride(1), x.stride(2)};
+  const c10::cuda::CUDAGuard on_device(x.device());  // the launch goes to x's device, whichever is current
   RECORD_FUNCTION(backward ? "keel::rope_backward" : "keel::rope", std::vector<c10::IValue>());
   const char* err = rope::launch(kernel_dtype(x.scalar_type()), x.data_ptr(), cos.data_ptr(), sin.data_ptr(), y.data_ptr(), layout, x.numel(),
                                  backward, current_stream(x));
@@ -116,6 +118,7 @@ bool fused_cuda_softmax_xent(torch::Tensor& logits, const torch::Tensor& targets
   *target_logit = torch::empty({n}, logits.options().dtype(torch::kFloat32));
   const xent::Params p{vocab, logits.size(1), static_cast<float>(cap > 0 ? cap : 0.0), static_cast<float>(inv_n),
                        static_cast<float>(z_coef)};
+  const c10::cuda::CUDAGuard on_device(logits.device());
   RECORD_FUNCTION("keel::softmax_xent", std::vector<c10::IValue>());
   const char* err = xent::launch(kernel_dtype(logits.scalar_type()), logits.data_ptr(), n, logits.stride(0),
                                  t.data_ptr<int64_t>(), p, grad, lse->data_ptr<float>(),
