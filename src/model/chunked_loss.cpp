@@ -59,17 +59,14 @@ struct ChunkedHeadLossFn : public torch::autograd::Function<ChunkedHeadLossFn> {
       auto s = keel::linear(h, w);  // h W^T, shape: [n, padded_vocab]; oneDNN on the CPU, as the head's forward
       Tensor ds;
       Tensor lse_rows, target_rows;  // shape: [n] each
-      if (fused_cuda_softmax_xent(s, targets.narrow(0, r0, n), vocab, cap, inv_n, z_coef, want_grad, &lse_rows,
-                                  &target_rows)) {
-        // The CUDA kernel (where switched on): reads the logits in the compute
-        // dtype and writes the gradient over them, rounded to it.
-        ce_sum += (lse_rows - target_rows).sum();
-        z_sum += lse_rows.pow(2).sum();
-        if (!want_grad) continue;
-        ds = s;
-      } else if (s = s.to(acc); fused_cpu_softmax_xent(s, targets.narrow(0, r0, n), vocab, cap, inv_n, z_coef,
-                                                       want_grad, &lse_rows, &target_rows)) {
-        // The CPU kernel: cap, log-sum-exp and (in place) the gradient in one pass over each row.
+      // The kernels: cap, log-sum-exp and (in place) the gradient in one pass
+      // over each row. CUDA's (where switched on) reads the logits in the
+      // compute dtype and rounds the gradient to it; the CPU's and the
+      // composite take them in the accumulation dtype.
+      const auto rows = targets.narrow(0, r0, n);
+      if (fused_cuda_softmax_xent(s, rows, vocab, cap, inv_n, z_coef, want_grad, &lse_rows, &target_rows) ||
+          fused_cpu_softmax_xent(s = s.to(acc), rows, vocab, cap, inv_n, z_coef, want_grad, &lse_rows,
+                                 &target_rows)) {
         ce_sum += (lse_rows - target_rows).sum();
         z_sum += lse_rows.pow(2).sum();
         if (!want_grad) continue;
