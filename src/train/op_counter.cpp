@@ -1,5 +1,6 @@
 #include "train/op_counter.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -21,9 +22,10 @@ struct CounterState {
 std::atomic<CounterState*> g_state{nullptr};
 
 // Per thread: for each operator in progress, whether another one started
-// inside it, and when it started.
+// inside it, how long the operators directly inside it took, and when it started.
 struct InProgress {
   bool child_seen = false;
+  double child_ms = 0;
   std::chrono::steady_clock::time_point start;
 };
 thread_local std::vector<InProgress> t_in_progress;
@@ -37,7 +39,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   // A metadata child (an empty output buffer, a view) does not make its
   // parent a composite: addmm allocating its result is still the kernel.
   if (!t_in_progress.empty() && !is_metadata_op(fn.name())) t_in_progress.back().child_seen = true;
-  t_in_progress.push_back({false, std::chrono::steady_clock::now()});
+  t_in_progress.push_back({false, 0.0, std::chrono::steady_clock::now()});
   CounterState* s = g_state.load();
   if (!s || !s->record_shapes) return nullptr;
   auto ctx = std::make_unique<ShapeContext>();
@@ -55,12 +57,21 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   t_in_progress.pop_back();
   const bool leaf = !op.child_seen;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - op.start).count();
+  if (!t_in_progress.empty()) t_in_progress.back().child_ms += ms;
   CounterState* s = g_state.load();
   if (!s) return;
   const std::string name = fn.name();
   std::lock_guard<std::mutex> lock(s->mutex);
   ++s->counts.dispatches;
-  if (!leaf || is_metadata_op(name)) return;
+  if (is_metadata_op(name)) return;
+  if (!leaf) {
+    // A composite's own work between the operators it calls: CPU flash
+    // attention's backward computes in its own loops after zero-filling its
+    // gradients, fused AdamW after reading its step counters.
+    s->counts.self_ms_by_name[name] += std::max(0.0, ms - op.child_ms);
+    ++s->counts.composites_by_name[name];
+    return;
+  }
   ++s->counts.kernels;
   ++s->counts.by_name[name];
   s->counts.ms_by_name[name] += ms;

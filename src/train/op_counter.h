@@ -14,9 +14,10 @@
 // bound on launches, comparable between builds of keel.
 //
 // It also times each kernel (wall time from its start to its end on the
-// thread that called it): on the CPU, where an operator returns when its work
-// is done, that is where a step's time goes, by operator and by family
-// (op_family); on CUDA it is only the launch. The callbacks add about a
+// thread that called it), and each composite's own time (its wall time less
+// that of the operators it called): on the CPU, where an operator returns
+// when its work is done, that is where a step's time goes, by operator and by
+// family (op_family); on CUDA it is only the launch. The callbacks add about a
 // microsecond to every dispatch, so time a step of its own, not a timed one.
 #pragma once
 
@@ -34,6 +35,12 @@ struct OpCounts {
   int64_t dispatches = 0;                 // every operator call, nested ones included
   std::map<std::string, int64_t> by_name; // kernels by operator name
   std::map<std::string, double> ms_by_name;  // kernels' wall time by operator name, milliseconds
+  // Composites (operators that called others): their calls, and their own
+  // wall time, the time inside them that no operator they called accounts
+  // for. Without it a composite that computes in its own loops (CPU flash
+  // attention's backward) would look like framework time.
+  std::map<std::string, int64_t> composites_by_name;
+  std::map<std::string, double> self_ms_by_name;
   // With record_shapes: each kernel's name and its first tensor input's sizes, in order.
   std::vector<std::pair<std::string, std::vector<int64_t>>> events;
 };

@@ -139,9 +139,16 @@ TEST(Bench, JsonRecordIsCompleteAndConsistent) {
     matmul = matmul || f["family"] == "matmul";
   }
   EXPECT_TRUE(matmul) << prof.dump(2);
-  EXPECT_NEAR(families_ms, prof["in_kernels_ms"].get<double>(), 1e-6);
+  // Families hold the kernels' time and the composites' own time, nothing twice.
+  EXPECT_NEAR(families_ms, prof["in_operators_ms"].get<double>(), 1e-6);
+  EXPECT_NEAR(prof["in_operators_ms"].get<double>(),
+              prof["in_kernels_ms"].get<double>() + prof["in_composites_ms"].get<double>(), 1e-6);
+  EXPECT_GT(prof["in_composites_ms"].get<double>(), 0.0) << "the step calls composites (linear, AdamW)";
   EXPECT_GT(prof["step_ms"].get<double>(), 0.0);
-  EXPECT_LE(prof["in_kernels_ms"].get<double>(), prof["step_ms"].get<double>() * 1.05) << "kernels nest in the step";
+  EXPECT_LE(prof["in_operators_ms"].get<double>(), prof["step_ms"].get<double>() * 1.05)
+      << "operators nest in the step";
+  EXPECT_NEAR(prof["outside_operators_ms"].get<double>(),
+              std::max(0.0, prof["step_ms"].get<double>() - prof["in_operators_ms"].get<double>()), 1e-6);
   EXPECT_NE(out.find("profile    one step"), std::string::npos) << out;
   EXPECT_NE(out.find("slowest    "), std::string::npos) << out;
 }

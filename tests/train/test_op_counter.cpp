@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
+#include <thread>
+
 #include "model/fused_ops.h"
 #include "model/rope.h"
 #include "train/op_counter.h"
@@ -85,6 +88,29 @@ TEST(OpCounter, OneAtATimeAndNothingCountedAfterwards) {
 }
 
 }  // namespace
+
+// A composite's own work (here a 30 ms wait around one add) is its self time,
+// not its child's and not lost: what CPU flash attention's backward does in
+// its own loops after zero-filling its gradients.
+TEST(OpCounter, ACompositesOwnTimeIsKeptApartFromItsChildren) {
+  auto s = torch::randn({4});
+  keel::OpCounts c;
+  {
+    keel::OpCounter counter;
+    {
+      RECORD_FUNCTION("test::composite", std::vector<c10::IValue>());
+      s + s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+    c = counter.counts();
+  }
+  EXPECT_EQ(count_of(c, "aten::add"), 1);
+  EXPECT_EQ(c.by_name.count("test::composite"), 0u) << "a composite is not a kernel";
+  ASSERT_EQ(c.composites_by_name.count("test::composite"), 1u);
+  EXPECT_EQ(c.composites_by_name.at("test::composite"), 1);
+  EXPECT_GE(c.self_ms_by_name.at("test::composite"), 29.0);
+  EXPECT_LT(c.ms_by_name.at("aten::add"), 29.0) << "the wait is the composite's, not its child's";
+}
 
 // The profile: a kernel's time is its own, the big matmul takes longer than
 // a tiny add, and a composite's time is not counted twice (its leaves' only).
