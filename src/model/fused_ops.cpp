@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "model/activation_checkpoint.h"
+#include "model/cpu_parallel.h"
 #include "util/host.h"
 
 namespace keel {
@@ -93,7 +94,7 @@ template <typename T>
 void row_norm_forward(const T* x, const RowOffsets& x_rows, const T* w, T* y, T* r, int64_t rows, int64_t n,
                       int64_t period, double eps, bool l2) {
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  keel::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const T* __restrict xi = x + x_rows(i);
       T* __restrict yi = y + i * n;
@@ -122,7 +123,7 @@ void row_norm_backward(const T* x, const RowOffsets& x_rows, const T* w, const T
   const int64_t per_block = (rows + blocks - 1) / blocks;
   const int64_t W = period * n;
   std::vector<T> partial(w ? static_cast<size_t>(blocks * W) : 0, T(0));
-  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+  keel::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     std::vector<T> g(static_cast<size_t>(n)), xhat(static_cast<size_t>(n));
     for (int64_t b = b0; b < b1; ++b) {
       T* __restrict pw = w ? partial.data() + b * W : nullptr;
@@ -210,7 +211,7 @@ void rope_kernel(const T* x, const RowOffsets& x_rows, const T* cos, const T* si
                  int64_t T_len, int64_t heads, int64_t d, bool backward) {
   const int64_t h = d / 2;
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, d));
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  keel::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t t = (i / heads) % T_len;
       const T* __restrict xi = x + x_rows(i);

@@ -16,35 +16,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "model/cpu_parallel.h"
+#include "model/fast_exp.h"
+
 namespace keel {
 
 namespace {
-
-// exp(x) in float to about 2 ulp: x = n ln2 + r, |r| <= ln2/2, Cephes's
-// degree-6 polynomial for e^r, times 2^n built in the exponent bits. Plain
-// arithmetic and selects, so the loops it is inlined into vectorise (the
-// library expf does not); 0 below -87.3, where e^x leaves the normal range.
-// Above 88.03 it gives +inf, a little early: the softmax's arguments are <= 0
-// and tanh_poly needs only the limit there.
-inline float exp_poly(float x) {
-  const float xc = std::min(x, 88.3762626647949f);
-  const float y = xc * 1.44269504088896341f + 0.5f;
-  float n = static_cast<float>(static_cast<int32_t>(y));  // floor(y) for y >= 0 ...
-  n -= n > y ? 1.0f : 0.0f;                                 // ... and for y < 0
-  n = std::max(n, -126.0f);
-  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return x < -87.3365447f ? 0.0f : p * scale;
-}
 
 // tanh(y) = 1 - 2 / (e^{2y} + 1): exact limits at both ends, absolute error
 // about 1e-7 near 0 (the softcap multiplies it by the cap).
@@ -148,7 +125,7 @@ bool fused_cpu_softmax_xent(torch::Tensor& logits, const torch::Tensor& targets,
   float* tl = target_logit->data_ptr<float>();
   const float c = static_cast<float>(cap > 0 ? cap : 0.0), in = static_cast<float>(inv_n),
               z = static_cast<float>(z_coef);
-  at::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
+  keel::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) xent_row(x + i * padded, vocab, padded, tp[i], c, in, z, grad, lp + i, tl + i);
   });
   return true;
