@@ -21,6 +21,7 @@ set(KEEL_TENSOR_SOURCES
   src/model/chunked_loss.cpp
   src/model/documents.cpp
   src/model/fused_cuda.cpp
+  src/model/cpu_attention.cpp
   src/model/cpu_parallel.cpp
   src/model/fused_ops.cpp
   src/model/fused_xent.cpp

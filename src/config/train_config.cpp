@@ -114,7 +114,8 @@ void declare_train_keys(Schema& s, TrainConfig& t) {
   s.choice("train.attention_backend", &t.attention_backend, {},
            "SDPA kernel tried first where it supports the shapes (the next ones remain as fallbacks; keel bench "
            "records which ran): auto = cuDNN on Hopper and newer GPUs (faster there), PyTorch's order (flash, "
-           "memory-efficient, math) elsewhere; CPU: flash or math only");
+           "memory-efficient, math) elsewhere; CPU: auto = keel's causal kernel for fp32 without a document mask, else SDPA's "
+           "flash; flash or math = SDPA's");
   s.boolean("train.cuda_graph", &t.cuda_graph,
             "capture forward, backward, clip and AdamW as one CUDA graph after 3 eager steps and replay it "
             "(small models, where launch overhead dominates); CUDA, one process; not with "

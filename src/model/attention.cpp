@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "model/blockwise_attention.h"
+#include "model/cpu_attention.h"
 #include "model/fused_ops.h"
 #include "model/parametrization.h"
 
@@ -224,6 +225,7 @@ std::string AttentionImpl::kernel_name(int64_t batch, int64_t seq_len, torch::De
     return sdpa_backend_name(at::_fused_sdp_choice(q, kv, kv, mask, 0.0, /*is_causal=*/false, scale_,
                                                    /*enable_gqa=*/n_kv_heads_ != n_heads_)) + " with a document mask";
   }
+  if (cpu_causal_attention_applies(device, dtype)) return "keel causal (CPU)";
   return sdpa_backend_name(at::_fused_sdp_choice(q, kv, kv, c10::nullopt, 0.0, /*is_causal=*/true, scale_,
                                                  /*enable_gqa=*/n_kv_heads_ != n_heads_));
 }
@@ -285,8 +287,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     y = at::scaled_dot_product_attention(q, k, v, docs->mask(), 0.0,
                                          /*is_causal=*/false, scale_, /*enable_gqa=*/n_kv_heads_ != n_heads_);
   } else if (sdpa_path(stats != nullptr)) {
-    y = at::scaled_dot_product_attention(q, k, v, c10::nullopt, 0.0, /*is_causal=*/true, scale_,
-                                         /*enable_gqa=*/n_kv_heads_ != n_heads_);
+    y = cpu_causal_attention(q, k, v, scale_);  // undefined where it does not apply (not CPU fp32, ...)
+    if (!y.defined())
+      y = at::scaled_dot_product_attention(q, k, v, c10::nullopt, 0.0, /*is_causal=*/true, scale_,
+                                           /*enable_gqa=*/n_kv_heads_ != n_heads_);
   } else {
     BlockwiseOptions o;
     o.scale = scale_;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "model/attention.h"
+#include "model/cpu_attention.h"
 #include "model/fused_ops.h"
 #include "util/error.h"
 #include "util/host.h"
@@ -101,6 +102,7 @@ std::string apply_attention_backend(AttentionBackend backend, torch::Device devi
       throw ConfigError(e);
     }
     ctx.setSDPUseFlash(backend != AttentionBackend::math);
+    allow_cpu_causal_attention(backend == AttentionBackend::automatic);
     held_attention_order.clear();  // the CPU's SDPA does not go by the order
     return backend == AttentionBackend::math ? "math" : "flash, math";
   }

@@ -13,6 +13,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "config/config.h"
+#include "model/cpu_attention.h"
 #include "model/init.h"
 #include "model/model_size.h"
 #include "test_util.h"
@@ -114,11 +115,15 @@ TEST(Bench, JsonRecordIsCompleteAndConsistent) {
   EXPECT_TRUE(host["cpu_isa"].is_string());
   EXPECT_GE(host["cores"].get<int64_t>(), 1);
   EXPECT_NE(out.find("machine " + host["cpu_model"].get<std::string>()), std::string::npos) << out;
-  // Which attention kernel ran (SDPA's choice; the CPU has flash and math)
-  // and the operators of one more step, counted.
+  // Which attention kernel ran (keel's causal CPU kernel, or SDPA's choice
+  // with the fused kernels off; the CPU has flash and math) and the
+  // operators of one more step, counted.
   const auto& attn = r["attention"];
   ASSERT_TRUE(attn.is_object()) << r.dump(2);
-  EXPECT_TRUE(attn["kernel"] == "flash_attention" || attn["kernel"] == "math") << attn.dump();
+  if (keel::cpu_causal_attention_applies(torch::kCPU, torch::kFloat32))
+    EXPECT_EQ(attn["kernel"], "keel causal (CPU)") << attn.dump();
+  else
+    EXPECT_TRUE(attn["kernel"] == "flash_attention" || attn["kernel"] == "math") << attn.dump();
   EXPECT_EQ(attn["sdpa_order"], "flash, math");
   const auto& ops = r["ops_per_step"];
   ASSERT_TRUE(ops.is_object()) << r.dump(2);

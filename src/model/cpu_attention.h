@@ -1,0 +1,42 @@
+// Causal attention on the CPU with its own backward (cpu_attention.cpp).
+//
+// PyTorch's CPU flash kernel (what SDPA picks for fp32 on the CPU) splits the
+// queries into blocks of 32-256 rows but multiplies each block by every key
+// up to 512 at a time, masking the future after the GEMM: for T <= 512 it
+// does the full T x T work of a non-causal attention, forward and backward,
+// and a grouped-query call expands K and V to every head. This kernel gives
+// each query block only the keys it may see (about half the GEMM work at
+// T = 512) and reads a K/V head once per group. Same math as flash attention
+// (an online softmax over key blocks; the backward recomputes the
+// probabilities from the saved log-sum-exp); results equal SDPA's up to float
+// rounding. Each (batch, head) of the backward is one task and a group's K/V
+// gradients are summed in a fixed order afterwards, so a run repeats bit for
+// bit at a given thread count (across thread counts BLAS may round a GEMM
+// differently, as in every linear layer).
+#pragma once
+
+#include <torch/torch.h>
+
+namespace keel {
+
+// softmax(scale q kᵀ + causal mask) v for CPU fp32 q [B, H, T, D] and k, v
+// [B, Hkv, T, D] (H a multiple of Hkv; query head h reads K/V head
+// h / (H / Hkv), as SDPA's enable_gqa). Any strides; the head dimension is
+// made dense if it is not. The result is [B, H, T, D], a transposed view of
+// a dense [B, T, H, D] tensor (what the output projection reads). Returns an
+// undefined tensor where it does not apply: not CPU fp32, the fused kernels
+// off (KEEL_CPU_FUSED=0, KEEL_CPU_KERNELS=composite, a CompositeOnly guard),
+// KEEL_CPU_ATTENTION=sdpa, or a LibTorch without a BLAS sgemm; the caller then
+// runs SDPA. First derivatives only (no double backward).
+torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   double scale);
+
+// Whether cpu_causal_attention would run for a query of this device and dtype
+// on this thread now (for the attention kernel's name in `keel bench`).
+bool cpu_causal_attention_applies(torch::Device device, torch::ScalarType dtype);
+
+// train.attention_backend on the CPU: auto allows this kernel (the default),
+// flash and math ask for SDPA's own (train/device.cpp sets it per run).
+void allow_cpu_causal_attention(bool on);
+
+}  // namespace keel
