@@ -23,6 +23,7 @@ set(KEEL_TENSOR_SOURCES
   src/model/fused_cuda.cpp
   src/model/cpu_attention.cpp
   src/model/cpu_parallel.cpp
+  src/model/fused_glu.cpp
   src/model/fused_ops.cpp
   src/model/fused_xent.cpp
   src/model/generate.cpp

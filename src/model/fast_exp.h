@@ -1,6 +1,7 @@
-// exp(x) in float for the CPU kernels' inner loops (fused_xent.cpp,
-// cpu_attention.cpp): plain arithmetic and selects, so the loops it is inlined
-// into vectorise (the library expf does not).
+// exp(x) and the functions built on it, in float, for the CPU kernels' inner
+// loops (fused_xent.cpp, cpu_attention.cpp, fused_glu.cpp): plain arithmetic
+// and selects, so the loops they are inlined into vectorise (the library
+// expf does not).
 #pragma once
 
 #include <algorithm>
@@ -32,5 +33,12 @@ inline float exp_poly(float x) {
   std::memcpy(&scale, &bits, sizeof scale);
   return x < -87.3365447f ? 0.0f : p * scale;
 }
+
+// tanh(y) = 1 - 2 / (e^{2y} + 1): exact limits at both ends, absolute error
+// about 1e-7 near 0 (a softcap multiplies it by the cap).
+inline float tanh_poly(float y) { return 1.0f - 2.0f / (exp_poly(2.0f * y) + 1.0f); }
+
+// The logistic sigmoid 1 / (1 + e^-y), with exact limits at both ends.
+inline float sigmoid_poly(float y) { return 1.0f / (1.0f + exp_poly(-y)); }
 
 }  // namespace keel

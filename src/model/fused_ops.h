@@ -89,6 +89,13 @@ class CompositeOnly {
 // Whether a CompositeOnly guard is alive on this thread (the CUDA kernels, fused_cuda.h, ask too).
 bool composite_only_active();
 
+// The gated MLP's hidden activation, act(g) * u, for CPU fp32 g and u of one
+// shape: act = silu (SwiGLU) or GELU with the tanh approximation (GeGLU,
+// Gemma's gelu_pytorch_tanh), one pass forward and one backward
+// (fused_glu.cpp) where the composite makes two and three. Undefined where it
+// does not apply (as above, or KEEL_CPU_FUSED_GLU=0 for this one alone).
+torch::Tensor fused_cpu_glu(const torch::Tensor& g, const torch::Tensor& u, bool silu);
+
 // Rotate-half RoPE on x [B, T, heads, D] with tables cos, sin [>= T, D] (any
 // float dtype; converted to x's): x * cos + rotate_half(x) * sin.
 torch::Tensor fused_cpu_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);

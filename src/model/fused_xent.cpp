@@ -23,10 +23,6 @@ namespace keel {
 
 namespace {
 
-// tanh(y) = 1 - 2 / (e^{2y} + 1): exact limits at both ends, absolute error
-// about 1e-7 near 0 (the softcap multiplies it by the cap).
-inline float tanh_poly(float y) { return 1.0f - 2.0f / (exp_poly(2.0f * y) + 1.0f); }
-
 constexpr int kLanes = 16;  // independent partial results: vectorised, and the same whatever the thread split
 
 // One row: x [padded] logits (before the softcap) in, the gradient out when

@@ -42,8 +42,10 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x_in) {
     h = torch::gelu(reparam_linear(x, w_up, b_up, w_up_sigma));
   } else {
     auto g = reparam_linear(x, w_gate, b_gate, w_gate_sigma);
+    auto u = reparam_linear(x, w_up, b_up, w_up_sigma);
+    h = fused_cpu_glu(g, u, kind == MlpKind::swiglu);  // CPU fp32: one pass (fused_ops.h); else undefined
     // Gemma's gelu_pytorch_tanh is torch's GELU with approximate="tanh".
-    h = (kind == MlpKind::swiglu ? F::silu(g) : torch::gelu(g, "tanh")) * reparam_linear(x, w_up, b_up, w_up_sigma);
+    if (!h.defined()) h = (kind == MlpKind::swiglu ? F::silu(g) : torch::gelu(g, "tanh")) * u;
   }
   return reparam_linear(h, w_down, b_down, w_down_sigma);
 }

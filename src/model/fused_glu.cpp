@@ -1,0 +1,129 @@
+// The gated MLP's activation on the CPU in one pass each way (fused_ops.h,
+// fused_cpu_glu). The composite runs silu (or tanh-GELU) and a multiply
+// forward, and three passes backward (dh * u, the activation's backward,
+// dh * act(g)), each a full read and write of [tokens, ffn_dim] tensors.
+#include <ATen/record_function.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "model/cpu_parallel.h"
+#include "model/fast_exp.h"
+#include "model/fused_ops.h"
+#include "model/fused_xent.h"
+
+namespace keel {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr float kGeluK0 = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluK1 = 0.044715f;
+
+// act(g) and act'(g). silu: g s, s + g s (1 - s) with s = sigmoid(g).
+// tanh-GELU: 0.5 g (1 + t), 0.5 (1 + t) + 0.5 g (1 - t^2) k0 (1 + 3 k1 g^2)
+// with t = tanh(k0 (g + k1 g^3)).
+template <bool kSilu>
+inline float act(float g) {
+  if constexpr (kSilu) return g * sigmoid_poly(g);
+  return 0.5f * g * (1.0f + tanh_poly(kGeluK0 * (g + kGeluK1 * g * g * g)));
+}
+template <bool kSilu>
+inline float act_grad(float g) {
+  if constexpr (kSilu) {
+    const float s = sigmoid_poly(g);
+    return s + g * s * (1.0f - s);
+  }
+  const float t = tanh_poly(kGeluK0 * (g + kGeluK1 * g * g * g));
+  return 0.5f * (1.0f + t) + 0.5f * g * (1.0f - t * t) * kGeluK0 * (1.0f + 3.0f * kGeluK1 * g * g);
+}
+
+// One activation per loop, so each vectorises (a run-time switch inside the loop kept it scalar).
+template <bool kSilu>
+inline void forward_row(const float* __restrict g, const float* __restrict u, float* __restrict h, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) h[j] = act<kSilu>(g[j]) * u[j];
+}
+template <bool kSilu>
+inline void backward_row(const float* __restrict g, const float* __restrict u, const float* __restrict dh,
+                         float* __restrict dg, float* __restrict du, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    dg[j] = dh[j] * u[j] * act_grad<kSilu>(g[j]);
+    du[j] = dh[j] * act<kSilu>(g[j]);
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void glu_forward_row(
+    const float* __restrict g, const float* __restrict u, float* __restrict h, int64_t n, bool silu) {
+  silu ? forward_row<true>(g, u, h, n) : forward_row<false>(g, u, h, n);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void glu_backward_row(
+    const float* __restrict g, const float* __restrict u, const float* __restrict dh, float* __restrict dg,
+    float* __restrict du, int64_t n, bool silu) {
+  silu ? backward_row<true>(g, u, dh, dg, du, n) : backward_row<false>(g, u, dh, dg, du, n);
+}
+
+// Rows of [rows, n] views whose last dimension is dense (the linears' outputs are contiguous).
+torch::Tensor rows_of(const torch::Tensor& t) { return t.contiguous().view({-1, t.size(-1)}); }
+
+struct GluFn : public torch::autograd::Function<GluFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& g_in, const torch::Tensor& u_in,
+                               bool silu) {
+    RECORD_FUNCTION("keel::glu", std::vector<c10::IValue>());  // one kernel for train/op_counter.h
+    auto g = rows_of(g_in), u = rows_of(u_in);
+    auto h = torch::empty_like(g);
+    const int64_t n = g.size(1);
+    const float *gp = g.data_ptr<float>(), *up = u.data_ptr<float>();
+    float* hp = h.data_ptr<float>();
+    keel::parallel_for(0, g.size(0), 16, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) glu_forward_row(gp + r * n, up + r * n, hp + r * n, n, silu);
+    });
+    ctx->save_for_backward({g, u});
+    ctx->saved_data["silu"] = silu;
+    return h.view(g_in.sizes());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    RECORD_FUNCTION("keel::glu_backward", std::vector<c10::IValue>());
+    const auto saved = ctx->get_saved_variables();
+    const auto& g = saved[0];
+    const auto& u = saved[1];
+    const bool silu = ctx->saved_data["silu"].toBool();
+    auto dh = rows_of(grads[0]);
+    auto dg = torch::empty_like(g), du = torch::empty_like(u);
+    const int64_t n = g.size(1);
+    const float *gp = g.data_ptr<float>(), *up = u.data_ptr<float>(), *dhp = dh.data_ptr<float>();
+    float *dgp = dg.data_ptr<float>(), *dup = du.data_ptr<float>();
+    keel::parallel_for(0, g.size(0), 16, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        glu_backward_row(gp + r * n, up + r * n, dhp + r * n, dgp + r * n, dup + r * n, n, silu);
+    });
+    const auto sizes = grads[0].sizes();
+    return {dg.view(sizes), du.view(sizes), torch::Tensor()};
+  }
+};
+
+// KEEL_CPU_FUSED_GLU=0 turns this kernel alone off (to measure what it buys).
+bool glu_kernel_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("KEEL_CPU_FUSED_GLU");
+    return !(env && std::string(env) == "0");
+  }();
+  return on;
+}
+
+}  // namespace
+
+torch::Tensor fused_cpu_glu(const torch::Tensor& g, const torch::Tensor& u, bool silu) {
+  if (!fused_cpu_kernels_enabled() || !glu_kernel_enabled() || !g.defined() || !u.defined() ||
+      !g.device().is_cpu() || !u.device().is_cpu() || g.scalar_type() != torch::kFloat32 ||
+      u.scalar_type() != torch::kFloat32 || g.sizes() != u.sizes() || g.dim() < 1 || g.numel() == 0)
+    return {};
+  return GluFn::apply(g, u, silu);
+}
+
+}  // namespace keel
