@@ -129,115 +129,133 @@ struct AttnStrides {
   int64_t b, h, t;
 };
 
+// Rows [m, m + rows) of `heads` consecutive heads from h0, stacked into one
+// dense [heads * rows, D] matrix (head-major), so the heads that share a K/V
+// head make one GEMM with it instead of one each.
+void gather_rows(const float* src, const AttnStrides& s, int64_t b, int64_t h0, int64_t heads, int64_t m,
+                 int64_t rows, int64_t D, float* dst) {
+  for (int64_t j = 0; j < heads; ++j)
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(dst + (j * rows + r) * D, src + b * s.b + (h0 + j) * s.h + (m + r) * s.t, D * sizeof(float));
+}
+
 void attention_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, float scale,
                        torch::Tensor& out, torch::Tensor& lse) {
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), group = H / k.size(1);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1), group = H / Hkv;
   const int64_t q_blocks = (T + kQueryBlock - 1) / kQueryBlock;
   out = torch::empty({B, T, H, D}, q.options());  // shape: [B, T, H, D], returned as [B, H, T, D]
   lse = torch::empty({B, H, T}, q.options());
   const AttnStrides qs(q), ks(k), vs(v);
   const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
   float *op = out.data_ptr<float>(), *lp = lse.data_ptr<float>();
-  const int64_t o_row = H * D;
-  keel::parallel_for(0, B * H * q_blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(kQueryBlock * std::min(kKeyBlock, T)), acc(kQueryBlock * D);
-    std::vector<float> row_max(kQueryBlock), row_sum(kQueryBlock);
+  // A task: one query block of the `group` heads that read one K/V head.
+  keel::parallel_for(0, B * Hkv * q_blocks, 1, [&](int64_t begin, int64_t end) {
+    const int64_t stacked = group * kQueryBlock;
+    std::vector<float> qg(stacked * D), scores(stacked * std::min(kKeyBlock, T)), acc(stacked * D);
+    std::vector<float> row_max(stacked), row_sum(stacked);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / (H * q_blocks), h = task / q_blocks % H, m = task % q_blocks * kQueryBlock;
-      const int64_t rows = std::min(kQueryBlock, T - m), keys = m + rows;  // causal: keys [0, m + rows)
-      const float* qb = qp + b * qs.b + h * qs.h + m * qs.t;
-      const float* kh = kp + b * ks.b + h / group * ks.h;
-      const float* vh = vp + b * vs.b + h / group * vs.h;
+      const int64_t b = task / (Hkv * q_blocks), kvh = task / q_blocks % Hkv, m = task % q_blocks * kQueryBlock;
+      const int64_t rows = std::min(kQueryBlock, T - m), keys = m + rows, n_rows = group * rows;
+      gather_rows(qp, qs, b, kvh * group, group, m, rows, D, qg.data());
+      const float* kh = kp + b * ks.b + kvh * ks.h;
+      const float* vh = vp + b * vs.b + kvh * vs.h;
       std::fill(row_max.begin(), row_max.end(), -INFINITY);
       std::fill(row_sum.begin(), row_sum.end(), 0.0f);
-      for (int64_t n = 0; n < keys; n += kKeyBlock) {
+      for (int64_t n = 0; n < keys; n += kKeyBlock) {  // causal: keys [0, m + rows)
         const int64_t kb = std::min(kKeyBlock, keys - n);
-        rm_gemm(false, true, rows, kb, D, scale, qb, qs.t, kh + n * ks.t, ks.t, 0.0f, scores.data(), kb);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t visible = std::clamp<int64_t>(m + r - n + 1, 0, kb);
-          const float c = softmax_step(scores.data() + r * kb, visible, kb, &row_max[r], &row_sum[r]);
+        rm_gemm(false, true, n_rows, kb, D, scale, qg.data(), D, kh + n * ks.t, ks.t, 0.0f, scores.data(), kb);
+        for (int64_t i = 0; i < n_rows; ++i) {
+          const int64_t visible = std::clamp<int64_t>(m + i % rows - n + 1, 0, kb);
+          const float c = softmax_step(scores.data() + i * kb, visible, kb, &row_max[i], &row_sum[i]);
           if (n > 0)
-            for (int64_t d = 0; d < D; ++d) acc[r * D + d] *= c;
+            for (int64_t d = 0; d < D; ++d) acc[i * D + d] *= c;
         }
-        rm_gemm(false, false, rows, D, kb, 1.0f, scores.data(), kb, vh + n * vs.t, vs.t, n > 0 ? 1.0f : 0.0f,
-             acc.data(), D);
+        rm_gemm(false, false, n_rows, D, kb, 1.0f, scores.data(), kb, vh + n * vs.t, vs.t, n > 0 ? 1.0f : 0.0f,
+                acc.data(), D);
       }
-      for (int64_t r = 0; r < rows; ++r) {
-        const float inv = 1.0f / row_sum[r];
-        float* o = op + (b * T + m + r) * o_row + h * D;
-        for (int64_t d = 0; d < D; ++d) o[d] = acc[r * D + d] * inv;
-        lp[(b * H + h) * T + m + r] = row_max[r] + std::log(row_sum[r]);
+      for (int64_t i = 0; i < n_rows; ++i) {
+        const int64_t h = kvh * group + i / rows, t = m + i % rows;
+        const float inv = 1.0f / row_sum[i];
+        float* o = op + (b * T + t) * H * D + h * D;
+        for (int64_t d = 0; d < D; ++d) o[d] = acc[i * D + d] * inv;
+        lp[(b * H + h) * T + t] = row_max[i] + std::log(row_sum[i]);
       }
     }
   });
 }
 
-// dq [B, T, H, D]; dk, dv [B, T, Hkv, D].
+// dq [B, T, H, D]; dk, dv [B, T, Hkv, D]. A task is `heads` query heads of
+// one K/V head and one batch row, all query blocks: the K/V gradients of a
+// task accumulate in one place. Where there are fewer (batch, K/V head)
+// pairs than threads, a group is split over several tasks, each with its own
+// K/V gradient buffer, summed in task order afterwards.
 void attention_backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& dout, float scale,
                         torch::Tensor& dq, torch::Tensor& dk, torch::Tensor& dv) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1), group = H / Hkv;
+  int64_t splits = 1;  // tasks per group: the smallest divisor of the group that gives every thread one
+  while (B * Hkv * splits < at::get_num_threads() && splits < group) {
+    ++splits;
+    while (group % splits != 0) ++splits;
+  }
+  const int64_t heads = group / splits;
   dq = torch::empty({B, T, H, D}, q.options());
-  // Each query head's K/V gradients, summed over its group below. shape: [B, T, H, D]
-  auto dk_heads = torch::zeros({B, T, H, D}, q.options()), dv_heads = torch::zeros({B, T, H, D}, q.options());
+  // shape: [splits, B, T, Hkv, D]
+  auto dk_parts = torch::zeros({splits, B, T, Hkv, D}, q.options()), dv_parts = torch::zeros_like(dk_parts);
   const AttnStrides qs(q), ks(k), vs(v), os(out), gs(dout);
   const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
   const float *op = out.data_ptr<float>(), *gp = dout.data_ptr<float>(), *lp = lse.data_ptr<float>();
-  float *dqp = dq.data_ptr<float>(), *dkp = dk_heads.data_ptr<float>(), *dvp = dv_heads.data_ptr<float>();
-  const int64_t row = H * D;  // row stride of dq and the per-head K/V gradients
-  keel::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
-    const int64_t width = std::min(kKeyBlock, T);
-    std::vector<float> p(kQueryBlock * width), dp(kQueryBlock * width), delta(kQueryBlock);
+  float *dqp = dq.data_ptr<float>(), *dkp = dk_parts.data_ptr<float>(), *dvp = dv_parts.data_ptr<float>();
+  const int64_t kv_row = Hkv * D, part = B * T * kv_row;  // row stride and size of one K/V gradient part
+  keel::parallel_for(0, B * Hkv * splits, 1, [&](int64_t begin, int64_t end) {
+    const int64_t stacked = heads * kQueryBlock, width = std::min(kKeyBlock, T);
+    std::vector<float> qg(stacked * D), gg(stacked * D), dqg(stacked * D), delta(stacked);
+    std::vector<float> p(stacked * width), dp(stacked * width);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / H, h = task % H;
-      const float* kh = kp + b * ks.b + h / group * ks.h;
-      const float* vh = vp + b * vs.b + h / group * vs.h;
-      float* dkh = dkp + b * T * row + h * D;
-      float* dvh = dvp + b * T * row + h * D;
+      const int64_t b = task / (Hkv * splits), kvh = task / splits % Hkv, split = task % splits;
+      const int64_t h0 = kvh * group + split * heads;
+      const float* kh = kp + b * ks.b + kvh * ks.h;
+      const float* vh = vp + b * vs.b + kvh * vs.h;
+      float* dkh = dkp + split * part + b * T * kv_row + kvh * D;
+      float* dvh = dvp + split * part + b * T * kv_row + kvh * D;
       for (int64_t m = 0; m < T; m += kQueryBlock) {
-        const int64_t rows = std::min(kQueryBlock, T - m), keys = m + rows;
-        const float* qb = qp + b * qs.b + h * qs.h + m * qs.t;
-        const float* gb = gp + b * gs.b + h * gs.h + m * gs.t;
-        float* dqb = dqp + (b * T + m) * row + h * D;
-        for (int64_t r = 0; r < rows; ++r)  // delta = rowsum(dO * O), the softmax's backward term
-          delta[r] = attn_dot(gb + r * gs.t, op + b * os.b + h * os.h + (m + r) * os.t, D);
+        const int64_t rows = std::min(kQueryBlock, T - m), keys = m + rows, n_rows = heads * rows;
+        gather_rows(qp, qs, b, h0, heads, m, rows, D, qg.data());
+        gather_rows(gp, gs, b, h0, heads, m, rows, D, gg.data());
+        for (int64_t i = 0; i < n_rows; ++i)  // delta = rowsum(dO * O), the softmax's backward term
+          delta[i] = attn_dot(gg.data() + i * D, op + b * os.b + (h0 + i / rows) * os.h + (m + i % rows) * os.t, D);
         for (int64_t n = 0; n < keys; n += kKeyBlock) {
           const int64_t kb = std::min(kKeyBlock, keys - n);
-          rm_gemm(false, true, rows, kb, D, scale, qb, qs.t, kh + n * ks.t, ks.t, 0.0f, p.data(), kb);
-          for (int64_t r = 0; r < rows; ++r)
-            probabilities(p.data() + r * kb, std::clamp<int64_t>(m + r - n + 1, 0, kb), kb,
-                          lp[(b * H + h) * T + m + r]);
+          rm_gemm(false, true, n_rows, kb, D, scale, qg.data(), D, kh + n * ks.t, ks.t, 0.0f, p.data(), kb);
+          for (int64_t i = 0; i < n_rows; ++i)
+            probabilities(p.data() + i * kb, std::clamp<int64_t>(m + i % rows - n + 1, 0, kb), kb,
+                          lp[(b * H + h0 + i / rows) * T + m + i % rows]);
           // dV += P^T dO; dP = dO V^T; dS = P (dP - delta); dQ += scale dS K; dK += scale dS^T Q
-          rm_gemm(true, false, kb, D, rows, 1.0f, p.data(), kb, gb, gs.t, 1.0f, dvh + n * row, row);
-          rm_gemm(false, true, rows, kb, D, 1.0f, gb, gs.t, vh + n * vs.t, vs.t, 0.0f, dp.data(), kb);
-          for (int64_t r = 0; r < rows; ++r) softmax_grad(p.data() + r * kb, dp.data() + r * kb, kb, delta[r]);
-          rm_gemm(false, false, rows, D, kb, scale, dp.data(), kb, kh + n * ks.t, ks.t, n > 0 ? 1.0f : 0.0f, dqb, row);
-          rm_gemm(true, false, kb, D, rows, scale, dp.data(), kb, qb, qs.t, 1.0f, dkh + n * row, row);
+          rm_gemm(true, false, kb, D, n_rows, 1.0f, p.data(), kb, gg.data(), D, 1.0f, dvh + n * kv_row, kv_row);
+          rm_gemm(false, true, n_rows, kb, D, 1.0f, gg.data(), D, vh + n * vs.t, vs.t, 0.0f, dp.data(), kb);
+          for (int64_t i = 0; i < n_rows; ++i) softmax_grad(p.data() + i * kb, dp.data() + i * kb, kb, delta[i]);
+          rm_gemm(false, false, n_rows, D, kb, scale, dp.data(), kb, kh + n * ks.t, ks.t, n > 0 ? 1.0f : 0.0f,
+                  dqg.data(), D);
+          rm_gemm(true, false, kb, D, n_rows, scale, dp.data(), kb, qg.data(), D, 1.0f, dkh + n * kv_row, kv_row);
         }
+        for (int64_t i = 0; i < n_rows; ++i)
+          std::memcpy(dqp + (b * T + m + i % rows) * H * D + (h0 + i / rows) * D, dqg.data() + i * D,
+                      D * sizeof(float));
       }
     }
   });
-  if (group == 1) {
-    dk = dk_heads;
-    dv = dv_heads;
+  if (splits == 1) {
+    dk = dk_parts[0];
+    dv = dv_parts[0];
     return;
   }
-  // A K/V head's gradient is the sum over the query heads that read it, in head order.
-  dk = torch::empty({B, T, Hkv, D}, q.options());
-  dv = torch::empty({B, T, Hkv, D}, q.options());
-  float *dks = dk.data_ptr<float>(), *dvs = dv.data_ptr<float>();
-  keel::parallel_for(0, B * T * Hkv, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float* src_k = dkp + i * group * D;  // heads i*group .. i*group+group-1 of row i / Hkv
-      const float* src_v = dvp + i * group * D;
-      for (int64_t d = 0; d < D; ++d) {
-        float sk = src_k[d], sv = src_v[d];
-        for (int64_t g = 1; g < group; ++g) sk += src_k[g * D + d], sv += src_v[g * D + d];
-        dks[i * D + d] = sk;
-        dvs[i * D + d] = sv;
-      }
-    }
-  });
+  // A K/V head's gradient: the sum of its parts, in part order.
+  dk = dk_parts[0].clone();
+  dv = dv_parts[0].clone();
+  for (int64_t s = 1; s < splits; ++s) {
+    dk.add_(dk_parts[s]);
+    dv.add_(dv_parts[s]);
+  }
 }
 
 struct CausalAttentionFn : public torch::autograd::Function<CausalAttentionFn> {

@@ -6,11 +6,13 @@
 // does the full T x T work of a non-causal attention, forward and backward,
 // and a grouped-query call expands K and V to every head. This kernel gives
 // each query block only the keys it may see (about half the GEMM work at
-// T = 512) and reads a K/V head once per group. Same math as flash attention
+// T = 512), and stacks the query heads that share a K/V head into one GEMM
+// with it (grouped-query attention: 4 x 64 rows against the keys, not four
+// GEMMs of 64). Same math as flash attention
 // (an online softmax over key blocks; the backward recomputes the
 // probabilities from the saved log-sum-exp); results equal SDPA's up to float
-// rounding. Each (batch, head) of the backward is one task and a group's K/V
-// gradients are summed in a fixed order afterwards, so a run repeats bit for
+// rounding. The backward's tasks and the order its K/V gradients are summed
+// in depend only on the shapes and the thread count, so a run repeats bit for
 // bit at a given thread count (across thread counts BLAS may round a GEMM
 // differently, as in every linear layer).
 #pragma once

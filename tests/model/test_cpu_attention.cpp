@@ -73,10 +73,15 @@ void expect_close(const torch::Tensor& got, const torch::Tensor& want, const std
   EXPECT_LE(err, 2e-5 * std::max(1.0, scale)) << what << ": max |error| " << err << " (max |value| " << scale << ")";
 }
 
+// At 4 threads: with fewer (batch, K/V head) pairs than threads the
+// backward splits a group over tasks (1 x 1 pairs: 2 tasks of 1 head; 1 x 2
+// pairs of 3 heads: 3 tasks each), otherwise one task per pair.
 TEST(CpuAttention, MatchesTheFloat64CompositeForwardAndBackward) {
   torch::manual_seed(5);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(4);
   for (const Shape& s : {Shape{2, 4, 4, 100, 32}, Shape{2, 8, 2, 130, 64}, Shape{1, 2, 1, 700, 16},
-                         Shape{1, 3, 3, 1, 24}, Shape{3, 6, 3, 64, 8}}) {
+                         Shape{1, 6, 2, 150, 16}, Shape{1, 3, 3, 1, 24}, Shape{3, 6, 3, 64, 8}}) {
     const auto what = name(s);
     auto opts = torch::TensorOptions().dtype(torch::kFloat64);
     // Rounded to fp32 first so both sides see the same inputs.
@@ -97,6 +102,7 @@ TEST(CpuAttention, MatchesTheFloat64CompositeForwardAndBackward) {
     expect_close(got.dk, kr.grad(), what + " dk");
     expect_close(got.dv, vr.grad(), what + " dv");
   }
+  at::set_num_threads(threads);
 }
 
 // The first query sees only itself: its output is its own value row, and a
