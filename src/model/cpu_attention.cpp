@@ -28,7 +28,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-constexpr int64_t kQueryBlock = 64;  // query rows a task multiplies at once (32, 128 and 256 were slower on bench-cpu)
+constexpr int64_t kQueryBlock = 64;  // query rows per block (bench-cpu: 128 and 256 slower, 32 within noise)
 constexpr int64_t kKeyBlock = 512;   // keys per online-softmax step (the score block stays in L2)
 constexpr int kAttnLanes = 16;           // independent partial results, so the row loops vectorise
 
