@@ -118,8 +118,10 @@ bool glu_kernel_enabled() {
 
 }  // namespace
 
+bool fused_cpu_glu_enabled() { return fused_cpu_kernels_enabled() && glu_kernel_enabled(); }
+
 torch::Tensor fused_cpu_glu(const torch::Tensor& g, const torch::Tensor& u, bool silu) {
-  if (!fused_cpu_kernels_enabled() || !glu_kernel_enabled() || !g.defined() || !u.defined() ||
+  if (!fused_cpu_glu_enabled() || !g.defined() || !u.defined() ||
       !g.device().is_cpu() || !u.device().is_cpu() || g.scalar_type() != torch::kFloat32 ||
       u.scalar_type() != torch::kFloat32 || g.sizes() != u.sizes() || g.dim() < 1 || g.numel() == 0)
     return {};

@@ -95,6 +95,8 @@ bool composite_only_active();
 // (fused_glu.cpp) where the composite makes two and three. Undefined where it
 // does not apply (as above, or KEEL_CPU_FUSED_GLU=0 for this one alone).
 torch::Tensor fused_cpu_glu(const torch::Tensor& g, const torch::Tensor& u, bool silu);
+// Whether fused_cpu_glu runs for CPU fp32 tensors on this thread now (for the memory plan).
+bool fused_cpu_glu_enabled();
 
 // Rotate-half RoPE on x [B, T, heads, D] with tables cos, sin [>= T, D] (any
 // float dtype; converted to x's): x * cos + rotate_half(x) * sin.

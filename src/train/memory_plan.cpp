@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "model/chunked_loss.h"
+#include "model/cpu_attention.h"
+#include "model/fused_ops.h"
 #include "model/parametrization.h"
 #include "optim/zero.h"
 #include "util/log.h"
@@ -26,7 +28,13 @@ struct BlockBytes {
   double selective = 0;     // and selective recompute also its linear layers' outputs
 };
 
-BlockBytes block_bytes_per_token(const ModelConfig& m, double r, double b) {
+// Which of keel's CPU kernels change what a block keeps (fp32 on the CPU).
+struct CpuKernels {
+  bool glu = false;        // fused_cpu_glu keeps gate and up, not act(gate)
+  bool attention = false;  // cpu_causal_attention writes its output laid out for the output projection
+};
+
+BlockBytes block_bytes_per_token(const ModelConfig& m, double r, double b, CpuKernels cpu) {
   const double C = static_cast<double>(m.d_model), D = static_cast<double>(m.head_dim());
   const double Q = static_cast<double>(m.n_heads) * D, KV = static_cast<double>(m.n_kv_heads) * D;
   const double F = static_cast<double>(m.ffn_dim());
@@ -37,9 +45,11 @@ BlockBytes block_bytes_per_token(const ModelConfig& m, double r, double b) {
   // q, k, v as projected and as the attention kernel reads them (after
   // QK-Norm and RoPE, heads first), the kernel's output, and its copy laid
   // out for the output projection.
-  const double attn = norm + b * (2 * (Q + 2 * KV) + Q);
-  // gelu: up and gelu(up); gated: gate, act(gate), up and their product.
-  const double mlp = norm + b * (gated ? 4 * F : 2 * F);
+  // out for the output projection (keel's CPU kernel writes it so: one copy).
+  const double attn = norm + b * (2 * (Q + 2 * KV) + (cpu.attention ? 0 : Q));
+  // gelu: up and gelu(up); gated: gate, act(gate), up and their product
+  // (the fused CPU kernel recomputes act(gate) in backward instead).
+  const double mlp = norm + b * (gated ? (cpu.glu ? 3 : 4) * F : 2 * F);
   // Gemma's post-norms keep their inputs, the branch outputs.
   const double sandwich = m.norm_placement == NormPlacement::sandwich ? 2 * C * b : 0;
   // Selective: the input, then q, k, v, the attention output projection,
@@ -117,7 +127,14 @@ MemoryPlan plan_memory(const Config& cfg, const MemoryPlanOptions& options) {
 
   // Activations per sequence of the micro-batch.
   const double T = static_cast<double>(plan.seq_len);
-  const BlockBytes block = block_bytes_per_token(m, r, b);
+  CpuKernels cpu;
+  if (!options.cuda && !bf16 && !fp64) {
+    cpu.glu = fused_cpu_glu_enabled();
+    cpu.attention = cpu_causal_attention_applies(torch::kCPU, torch::kFloat32) &&
+                    t.attention_backend == AttentionBackend::automatic && !cfg.data.document_mask &&
+                    !m.attn_softcap && !m.attn_logit_clamp && !t.qk_clip_tau && !m.clipped_softmax;
+  }
+  const BlockBytes block = block_bytes_per_token(m, r, b, cpu);
   double per_token = 0;
   bool any_recomputed = false;
   for (int64_t i = 0; i < m.n_layers; ++i) {
