@@ -30,14 +30,14 @@ using torch::autograd::variable_list;
 
 constexpr int64_t kQueryBlock = 64;  // query rows per block (bench-cpu: 128 and 256 slower, 32 within noise)
 constexpr int64_t kKeyBlock = 512;   // keys per online-softmax step (the score block stays in L2)
-constexpr int kAttnLanes = 16;           // independent partial results, so the row loops vectorise
+constexpr int kAttnLanes = 16;       // independent partial results, so the row loops vectorise
 
 // Row-major C [M, N] = alpha op(A) op(B) + beta C, op(A) [M, K], op(B) [K, N];
 // A is stored [M, K] (or [K, M] when ta), B [K, N] (or [N, K] when tb), with
 // row strides lda, ldb, ldc. BLAS is column-major, where a row-major matrix
 // reads as its transpose: C^T = op(B)^T op(A)^T.
 void rm_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const char tA = ta ? 'T' : 'N', tB = tb ? 'T' : 'N';
   const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
   const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
@@ -49,8 +49,8 @@ void rm_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, con
 // future), updates the row's running max and sum, and returns the factor
 // e^(old max - new max) its accumulated output must be scaled by.
 __attribute__((target_clones("avx512f", "avx2", "default"))) float softmax_step(float* __restrict s, int64_t cnt,
-                                                                              int64_t kb, float* row_max,
-                                                                              float* row_sum) {
+                                                                                int64_t kb, float* row_max,
+                                                                                float* row_sum) {
   float m[kAttnLanes];
   std::fill(m, m + kAttnLanes, -INFINITY);
   int64_t j = 0;
@@ -83,20 +83,20 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float softmax_step(
 
 // Backward, one row: p = e^(s - lse) over the visible scores, 0 for the future.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void probabilities(float* __restrict s, int64_t cnt,
-                                                                               int64_t kb, float lse) {
+                                                                                int64_t kb, float lse) {
   for (int64_t j = 0; j < cnt; ++j) s[j] = exp_poly(s[j] - lse);
   for (int64_t j = cnt; j < kb; ++j) s[j] = 0.0f;
 }
 
 // Backward, one row: dS = P * (dP - delta), written over dP.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void softmax_grad(const float* __restrict p,
-                                                                              float* __restrict dp, int64_t kb,
-                                                                              float delta) {
+                                                                               float* __restrict dp, int64_t kb,
+                                                                               float delta) {
   for (int64_t j = 0; j < kb; ++j) dp[j] = p[j] * (dp[j] - delta);
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) float attn_dot(const float* __restrict a,
-                                                                      const float* __restrict b, int64_t n) {
+                                                                            const float* __restrict b, int64_t n) {
   float acc[kAttnLanes] = {};
   int64_t j = 0;
   for (; j + kAttnLanes <= n; j += kAttnLanes)
@@ -132,8 +132,8 @@ struct AttnStrides {
 // Rows [m, m + rows) of `heads` consecutive heads from h0, stacked into one
 // dense [heads * rows, D] matrix (head-major), so the heads that share a K/V
 // head make one GEMM with it instead of one each.
-void gather_rows(const float* src, const AttnStrides& s, int64_t b, int64_t h0, int64_t heads, int64_t m,
-                 int64_t rows, int64_t D, float* dst) {
+void gather_rows(const float* src, const AttnStrides& s, int64_t b, int64_t h0, int64_t heads, int64_t m, int64_t rows,
+                 int64_t D, float* dst) {
   for (int64_t j = 0; j < heads; ++j)
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(dst + (j * rows + r) * D, src + b * s.b + (h0 + j) * s.h + (m + r) * s.t, D * sizeof(float));

@@ -18,7 +18,7 @@ inline float exp_poly(float x) {
   const float xc = std::min(x, 88.3762626647949f);
   const float y = xc * 1.44269504088896341f + 0.5f;
   float n = static_cast<float>(static_cast<int32_t>(std::max(y, -130.0f)));  // floor(y) for y >= 0 ...
-  n -= n > y ? 1.0f : 0.0f;                                                   // ... and for y < 0
+  n -= n > y ? 1.0f : 0.0f;                                                  // ... and for y < 0
   n = std::max(n, -126.0f);
   const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;

@@ -56,8 +56,10 @@ inline void backward_row(const float* __restrict g, const float* __restrict u, c
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void glu_forward_row(
-    const float* __restrict g, const float* __restrict u, float* __restrict h, int64_t n, bool silu) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void glu_forward_row(const float* __restrict g,
+                                                                                  const float* __restrict u,
+                                                                                  float* __restrict h, int64_t n,
+                                                                                  bool silu) {
   silu ? forward_row<true>(g, u, h, n) : forward_row<false>(g, u, h, n);
 }
 
@@ -71,8 +73,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void glu_backward_r
 torch::Tensor rows_of(const torch::Tensor& t) { return t.contiguous().view({-1, t.size(-1)}); }
 
 struct GluFn : public torch::autograd::Function<GluFn> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& g_in, const torch::Tensor& u_in,
-                               bool silu) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& g_in, const torch::Tensor& u_in, bool silu) {
     RECORD_FUNCTION("keel::glu", std::vector<c10::IValue>());  // one kernel for train/op_counter.h
     auto g = rows_of(g_in), u = rows_of(u_in);
     auto h = torch::empty_like(g);
@@ -121,9 +122,9 @@ bool glu_kernel_enabled() {
 bool fused_cpu_glu_enabled() { return fused_cpu_kernels_enabled() && glu_kernel_enabled(); }
 
 torch::Tensor fused_cpu_glu(const torch::Tensor& g, const torch::Tensor& u, bool silu) {
-  if (!fused_cpu_glu_enabled() || !g.defined() || !u.defined() ||
-      !g.device().is_cpu() || !u.device().is_cpu() || g.scalar_type() != torch::kFloat32 ||
-      u.scalar_type() != torch::kFloat32 || g.sizes() != u.sizes() || g.dim() < 1 || g.numel() == 0)
+  if (!fused_cpu_glu_enabled() || !g.defined() || !u.defined() || !g.device().is_cpu() || !u.device().is_cpu() ||
+      g.scalar_type() != torch::kFloat32 || u.scalar_type() != torch::kFloat32 || g.sizes() != u.sizes() ||
+      g.dim() < 1 || g.numel() == 0)
     return {};
   return GluFn::apply(g, u, silu);
 }

@@ -152,8 +152,8 @@ TEST(CpuAttention, DeclinesWhatItDoesNotServe) {
   auto q = torch::randn({1, 2, 8, 16}), kv = torch::randn({1, 1, 8, 16});
   EXPECT_FALSE(keel::cpu_causal_attention(q.to(torch::kBFloat16), kv.to(torch::kBFloat16), kv.to(torch::kBFloat16), 1.0)
                    .defined());
-  EXPECT_FALSE(keel::cpu_causal_attention(q.to(torch::kFloat64), kv.to(torch::kFloat64), kv.to(torch::kFloat64), 1.0)
-                   .defined());
+  EXPECT_FALSE(
+      keel::cpu_causal_attention(q.to(torch::kFloat64), kv.to(torch::kFloat64), kv.to(torch::kFloat64), 1.0).defined());
   EXPECT_FALSE(keel::cpu_causal_attention(q, torch::randn({1, 3, 8, 16}), torch::randn({1, 3, 8, 16}), 1.0).defined())
       << "3 K/V heads cannot serve 2 query heads";
   {
