@@ -4,7 +4,8 @@
 // is its autograd backward) and rotate-half RoPE (narrow, neg, cat, two
 // multiplies and an add; the backward adds zero-filled slices). On the bench
 // configs these passes cost about as much as the matmuls (README, "Speed").
-// The output head's softmax work has its own kernel in fused_xent.h.
+// The output head's softmax work has its own kernel in fused_xent.h, causal
+// attention in cpu_attention.h; their loops run through cpu_parallel.h.
 //
 // Each function returns an undefined tensor when it does not apply (not a
 // CPU tensor, not fp32/fp64, shapes it does not handle); callers then use the
