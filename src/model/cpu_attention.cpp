@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "model/cpu_parallel.h"
@@ -123,6 +124,26 @@ torch::Tensor attn_dense_rows(const torch::Tensor& t) {
   return t.stride(3) == 1 && t.stride(2) >= t.size(3) ? t : t.contiguous();
 }
 
+// A task's scratch matrix, 64-byte aligned whatever the allocator returns:
+// a BLAS may split its work by the operands' alignment, and a run must give
+// the same bits every time (CPU resume is bit-exact). Uninitialised: every
+// user writes before it reads.
+class Scratch {
+ public:
+  explicit Scratch(int64_t n)
+      : data_(static_cast<float*>(std::aligned_alloc(64, (static_cast<size_t>(n) * sizeof(float) + 63) / 64 * 64))) {
+    if (!data_) throw std::bad_alloc();
+  }
+  ~Scratch() { std::free(data_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  float* data() { return data_; }
+  float& operator[](int64_t i) { return data_[i]; }
+
+ private:
+  float* data_;
+};
+
 // A [B, heads, T, D] tensor's element strides, for pointer arithmetic.
 struct AttnStrides {
   explicit AttnStrides(const torch::Tensor& t) : b(t.stride(0)), h(t.stride(1)), t(t.stride(2)) {}
@@ -151,7 +172,7 @@ void attention_forward(const torch::Tensor& q, const torch::Tensor& k, const tor
   // A task: one query block of the `group` heads that read one K/V head.
   keel::parallel_for(0, B * Hkv * q_blocks, 1, [&](int64_t begin, int64_t end) {
     const int64_t stacked = group * kQueryBlock;
-    std::vector<float> qg(stacked * D), scores(stacked * std::min(kKeyBlock, T)), acc(stacked * D);
+    Scratch qg(stacked * D), scores(stacked * std::min(kKeyBlock, T)), acc(stacked * D);
     std::vector<float> row_max(stacked), row_sum(stacked);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / (Hkv * q_blocks), kvh = task / q_blocks % Hkv, m = task % q_blocks * kQueryBlock;
@@ -209,8 +230,8 @@ void attention_backward(const torch::Tensor& q, const torch::Tensor& k, const to
   const int64_t kv_row = Hkv * D, part = B * T * kv_row;  // row stride and size of one K/V gradient part
   keel::parallel_for(0, B * Hkv * splits, 1, [&](int64_t begin, int64_t end) {
     const int64_t stacked = heads * kQueryBlock, width = std::min(kKeyBlock, T);
-    std::vector<float> qg(stacked * D), gg(stacked * D), dqg(stacked * D), delta(stacked);
-    std::vector<float> p(stacked * width), dp(stacked * width);
+    Scratch qg(stacked * D), gg(stacked * D), dqg(stacked * D), p(stacked * width), dp(stacked * width);
+    std::vector<float> delta(stacked);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / (Hkv * splits), kvh = task / splits % Hkv, split = task % splits;
       const int64_t h0 = kvh * group + split * heads;
