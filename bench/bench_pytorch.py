@@ -139,7 +139,13 @@ def main() -> int:
         "step_ms": {"median": med, "mean": mean, "min": min(times), "max": max(times), "all": times},
         "tokens_per_s": tokens / (med / 1e3), "tokens_per_s_mean": tokens / (mean / 1e3),
         "peak_memory_bytes": peak_mem, "load_average": list(os.getloadavg()),
+        # What ATen's (and, for compile, inductor's) kernels may use; ATEN_CPU_CAPABILITY lowers it.
+        "kernel_isa": {"aten": torch.backends.cpu.get_cpu_capability(),
+                       "onednn": os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "all"},
     }
+    if args.mode == "compile" and device.type == "cpu":
+        from torch._inductor.cpu_vec_isa import pick_vec_isa  # the vector ISA inductor generated code for
+        rec["kernel_isa"]["inductor"] = str(pick_vec_isa())
     line = json.dumps(rec)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

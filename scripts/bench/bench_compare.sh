@@ -30,6 +30,18 @@ rm -f "$out"/*.json
 [[ -x $keel ]] || { echo "no keel binary at $keel (set KEEL=...)" >&2; exit 2; }
 
 echo "bench_compare: $config, $runs rounds of keel + ($modes), $steps steps after $warmup warm-up; load $(cut -d' ' -f1-3 /proc/loadavg)"
+# What lowers the kernels' instruction set below the CPU's, for both sides
+# (docs/speed.md, "AVX2 on an AVX-512 machine").
+for v in ATEN_CPU_CAPABILITY ONEDNN_MAX_CPU_ISA MKL_ENABLE_INSTRUCTIONS; do
+  [[ -n ${!v:-} ]] && echo "  $v=${!v}"
+done
+# Inductor's cache does not key its compiled kernels by ATEN_CPU_CAPABILITY:
+# with kernels cached under AVX-512, an avx2 run of torch.compile died of a
+# bus error in them (PyTorch 2.11). Each capability gets a cache of its own.
+if [[ -n ${ATEN_CPU_CAPABILITY:-} && -z ${TORCHINDUCTOR_CACHE_DIR:-} ]]; then
+  export TORCHINDUCTOR_CACHE_DIR=${TMPDIR:-/tmp}/torchinductor_$(id -un)_$ATEN_CPU_CAPABILITY
+  echo "  TORCHINDUCTOR_CACHE_DIR=$TORCHINDUCTOR_CACHE_DIR"
+fi
 for r in $(seq 1 "$runs"); do
   "$keel" bench "$config" "${sets[@]}" --random-data --steps "$steps" --warmup "$warmup" \
       --breakdown-steps 0 --monitor-repeats 0 --json "$out/keel-$r.json" > "$out/keel-$r.log" 2>&1 \
@@ -60,8 +72,10 @@ for k in med:
     print(f"{k:10s} {med[k]:12.0f} {ms[k]:10.2f} {ratio:12.3f}")
 params = {k: v[0]["parameters"] for k, v in rows.items() if v}
 print(f"parameters: {params}; 1-min load during the runs: {min(loads):.2f}-{max(loads):.2f}")
+isa = {k: v[0].get("host", {}).get("kernel_isa") or v[0].get("kernel_isa") for k, v in rows.items() if v}
+print(f"kernel ISA: {isa}")
 summary = {"tokens_per_s": med, "step_ms": ms, "ratios": {f"keel/{k}": med["keel"] / med[k] for k in med if k != "keel"},
-           "parameters": params, "load_1min": [min(loads), max(loads)], "runs": len(rows["keel"])}
+           "parameters": params, "kernel_isa": isa, "load_1min": [min(loads), max(loads)], "runs": len(rows["keel"])}
 json.dump(summary, open(f"{out}/summary.json", "w"), indent=2)
 print(f"records: {out}/")
 EOF

@@ -13,6 +13,7 @@
 
 #include "model/cpu_parallel.h"
 #include "model/fast_exp.h"
+#include "model/simd_clones.h"
 #include "model/fused_xent.h"
 
 // The Fortran BLAS sgemm that LibTorch's CPU build carries (MKL on x86,
@@ -49,9 +50,7 @@ void rm_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, con
 // scores, s[cnt, kb) the future. Overwrites s with e^(s - new max) (0 for the
 // future), updates the row's running max and sum, and returns the factor
 // e^(old max - new max) its accumulated output must be scaled by.
-__attribute__((target_clones("avx512f", "avx2", "default"))) float softmax_step(float* __restrict s, int64_t cnt,
-                                                                                int64_t kb, float* row_max,
-                                                                                float* row_sum) {
+KEEL_SIMD_CLONES float softmax_step(float* __restrict s, int64_t cnt, int64_t kb, float* row_max, float* row_sum) {
   float m[kAttnLanes];
   std::fill(m, m + kAttnLanes, -INFINITY);
   int64_t j = 0;
@@ -83,21 +82,17 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float softmax_step(
 }
 
 // Backward, one row: p = e^(s - lse) over the visible scores, 0 for the future.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void probabilities(float* __restrict s, int64_t cnt,
-                                                                                int64_t kb, float lse) {
+KEEL_SIMD_CLONES void probabilities(float* __restrict s, int64_t cnt, int64_t kb, float lse) {
   for (int64_t j = 0; j < cnt; ++j) s[j] = exp_poly(s[j] - lse);
   for (int64_t j = cnt; j < kb; ++j) s[j] = 0.0f;
 }
 
 // Backward, one row: dS = P * (dP - delta), written over dP.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void softmax_grad(const float* __restrict p,
-                                                                               float* __restrict dp, int64_t kb,
-                                                                               float delta) {
+KEEL_SIMD_CLONES void softmax_grad(const float* __restrict p, float* __restrict dp, int64_t kb, float delta) {
   for (int64_t j = 0; j < kb; ++j) dp[j] = p[j] * (dp[j] - delta);
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) float attn_dot(const float* __restrict a,
-                                                                            const float* __restrict b, int64_t n) {
+KEEL_SIMD_CLONES float attn_dot(const float* __restrict a, const float* __restrict b, int64_t n) {
   float acc[kAttnLanes] = {};
   int64_t j = 0;
   for (; j + kAttnLanes <= n; j += kAttnLanes)

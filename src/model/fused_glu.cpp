@@ -11,6 +11,7 @@
 
 #include "model/cpu_parallel.h"
 #include "model/fast_exp.h"
+#include "model/simd_clones.h"
 #include "model/fused_ops.h"
 #include "model/fused_xent.h"
 
@@ -56,16 +57,13 @@ inline void backward_row(const float* __restrict g, const float* __restrict u, c
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void glu_forward_row(const float* __restrict g,
-                                                                                  const float* __restrict u,
-                                                                                  float* __restrict h, int64_t n,
-                                                                                  bool silu) {
+KEEL_SIMD_CLONES void glu_forward_row(const float* __restrict g, const float* __restrict u, float* __restrict h,
+                                      int64_t n, bool silu) {
   silu ? forward_row<true>(g, u, h, n) : forward_row<false>(g, u, h, n);
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void glu_backward_row(
-    const float* __restrict g, const float* __restrict u, const float* __restrict dh, float* __restrict dg,
-    float* __restrict du, int64_t n, bool silu) {
+KEEL_SIMD_CLONES void glu_backward_row(const float* __restrict g, const float* __restrict u, const float* __restrict dh,
+                                       float* __restrict dg, float* __restrict du, int64_t n, bool silu) {
   silu ? backward_row<true>(g, u, dh, dg, du, n) : backward_row<false>(g, u, dh, dg, du, n);
 }
 

@@ -18,6 +18,7 @@
 
 #include "model/cpu_parallel.h"
 #include "model/fast_exp.h"
+#include "model/simd_clones.h"
 
 namespace keel {
 
@@ -28,10 +29,8 @@ constexpr int kLanes = 16;  // independent partial results: vectorised, and the 
 // One row: x [padded] logits (before the softcap) in, the gradient out when
 // `grad` (scaled by inv_n, the padded tail zeroed), lse and the target's logit.
 // Compiled for AVX-512, AVX2 and the base ISA; the loader picks one.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void xent_row(float* __restrict x, int64_t vocab,
-                                                                           int64_t padded, int64_t target, float cap,
-                                                                           float inv_n, float z_coef, bool grad,
-                                                                           float* lse_out, float* target_out) {
+KEEL_SIMD_CLONES void xent_row(float* __restrict x, int64_t vocab, int64_t padded, int64_t target, float cap,
+                               float inv_n, float z_coef, bool grad, float* lse_out, float* target_out) {
   // Pass 1: softcap (x becomes tanh(x / cap); the logit is cap * x) and the max.
   float m[kLanes];
   std::fill(m, m + kLanes, -INFINITY);

@@ -4,6 +4,8 @@
 
 #include <sys/resource.h>
 
+#include <ATen/Version.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -22,6 +24,7 @@
 #include "model/fused_ops.h"
 #include "model/fused_xent.h"
 #include "model/model_size.h"
+#include "model/simd_clones.h"
 #include "model/parametrization.h"
 #include "monitor/param_stats.h"
 #include "train/device.h"
@@ -54,6 +57,13 @@ double median_of(std::vector<double> v) {
 }
 
 namespace {
+
+// oneDNN's ISA ceiling as its environment variable sets it ("all": what the CPU has).
+std::string onednn_isa_ceiling() {
+  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"})
+    if (const char* v = std::getenv(name); v && *v) return v;
+  return "all";
+}
 
 using Clock = std::chrono::steady_clock;
 double ms_between(Clock::time_point a, Clock::time_point b) {
@@ -293,7 +303,8 @@ nlohmann::json Bench::run() {
                     static_cast<long long>(geometry_.n_micro), geometry_.n_micro > 1 ? "s" : "", static_cast<long long>(geometry_.micro_batch),
                     opt_.random_data ? ", random tokens" : "")
             << "  machine " << cpu_model() << " [" << cpu_isa() << "], " << std::thread::hardware_concurrency()
-            << " cores\n"
+            << " cores; kernels: ATen " << at::get_cpu_capability() << ", keel " << KEEL_SIMD_CEILING
+            << ", oneDNN " << onednn_isa_ceiling() << "\n"
             << std::flush;
 
   for (int64_t i = 0; i < opt_.warmup; ++i) step(i, nullptr);
@@ -378,7 +389,13 @@ nlohmann::json Bench::run() {
       {"config", opt_.config_name},
       {"device", compute_.device.str()},
       {"device_name", compute_.device_name},
-      {"host", {{"cpu_model", cpu_model()}, {"cpu_isa", cpu_isa()}, {"cores", std::thread::hardware_concurrency()}}},
+      {"host",
+       {{"cpu_model", cpu_model()},
+        {"cpu_isa", cpu_isa()},
+        {"cores", std::thread::hardware_concurrency()},
+        // What the kernels may use, which ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA
+        // and the build can lower below what the CPU has.
+        {"kernel_isa", {{"aten", at::get_cpu_capability()}, {"keel", KEEL_SIMD_CEILING}, {"onednn", onednn_isa_ceiling()}}}}},
       {"precision", compute_.bf16_autocast ? "bf16 autocast" : "fp32"},
       {"cuda_graph", parts_.runner->graph_mode()},
       {"threads", compute_.threads},
