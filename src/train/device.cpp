@@ -26,19 +26,22 @@
 
 namespace keel {
 
-double measure_cpu_matmul_flops() {
+double measure_cpu_matmul_flops(double min_seconds) {
   torch::NoGradGuard no_grad;
   const int64_t n = 1024;
   auto a = torch::randn({n, n}), b = torch::randn({n, n});
   // The faster of LibTorch's BLAS (torch::mm) and the oneDNN path keel's
   // linear layers take (model/fused_ops.h): the peak of this machine, not of
-  // one library. Best of 10: a shared machine's slow calls are noise.
+  // one library. Best of at least 10 calls: a shared machine's slow calls are noise.
   double best = 1e30;
   for (int path = 0; path < 2; ++path) {
     if (path == 1) keel::set_onednn_linear(true);  // whichever linear() takes by default
     auto run = [&] { return path == 0 ? torch::mm(a, b) : keel::linear(a, b); };
     run();  // warm-up
-    for (int i = 0; i < 10; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10 || std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
+                                  min_seconds;
+         ++i) {
       auto t0 = std::chrono::steady_clock::now();
       auto c = run();
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

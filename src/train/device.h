@@ -56,7 +56,8 @@ bool hold_attention_order();
 
 
 // FLOP/s of a 1024^3 fp32 matmul on this process's threads, the faster of
-// BLAS and oneDNN (a CPU "peak": what keel's own linear layers can reach).
-double measure_cpu_matmul_flops();
+// BLAS and oneDNN (a CPU "peak": what keel's own linear layers can reach);
+// the best of at least 10 calls per library, and of at least min_seconds of them.
+double measure_cpu_matmul_flops(double min_seconds = 0);
 
 }  // namespace keel

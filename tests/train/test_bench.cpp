@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <sstream>
 
@@ -16,6 +17,7 @@
 #include "config/config.h"
 #include "model/cpu_attention.h"
 #include "model/simd_clones.h"
+#include "train/device.h"
 #include "model/init.h"
 #include "model/model_size.h"
 #include "test_util.h"
@@ -197,6 +199,20 @@ TEST(Bench, PeakOverrideSetsMfuDenominator) {
   EXPECT_NE(r["peak_source"].get<std::string>().find("--peak-tflops"), std::string::npos);
   EXPECT_TRUE(r["breakdown_ms"].is_null());
   EXPECT_TRUE(r["monitor"]["stats_ms"].is_null());
+}
+
+TEST(Bench, CpuPeakSamplesAtLeastTheTimeAsked) {
+  // keel bench re-measures the peak for half a second after its steps, so
+  // one slow sample on a shared machine cannot push MFU over 100%.
+  const int threads = at::get_num_threads();
+  torch::set_num_threads(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  const double flops = keel::measure_cpu_matmul_flops(0.2);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(took, 0.4) << "two libraries, at least 0.2 s each";
+  EXPECT_TRUE(std::isfinite(flops));
+  EXPECT_GT(flops, 1e9) << "a 1024^3 fp32 matmul on one thread of any x86 CPU keel runs on";
+  torch::set_num_threads(threads);
 }
 
 TEST(Bench, RefusesToRunAsARankOfADistributedJob) {
