@@ -99,6 +99,8 @@ bool loss_kernel_enabled() {
 
 }  // namespace
 
+bool fused_cpu_loss_applies() { return fused_cpu_kernels_enabled() && loss_kernel_enabled(); }
+
 bool fused_cpu_softmax_xent(torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab, double cap,
                             double inv_n, double z_coef, bool grad, torch::Tensor* lse, torch::Tensor* target_logit) {
   if (!fused_cpu_kernels_enabled() || !loss_kernel_enabled() || !logits.defined() || !logits.device().is_cpu() ||

@@ -23,5 +23,9 @@ bool fused_cpu_softmax_xent(torch::Tensor& logits, const torch::Tensor& targets,
 // Whether the fused CPU kernels may run on this thread now (KEEL_CPU_FUSED,
 // KEEL_CPU_KERNELS, CompositeOnly).
 bool fused_cpu_kernels_enabled();
+// Whether fused_cpu_softmax_xent runs for fp32 CPU logits (the kernels on,
+// KEEL_CPU_FUSED_LOSS not 0): for keel plan, which then counts one copy of a
+// chunk's logits instead of two.
+bool fused_cpu_loss_applies();
 
 }  // namespace keel

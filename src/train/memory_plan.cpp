@@ -8,6 +8,7 @@
 #include "model/chunked_loss.h"
 #include "model/cpu_attention.h"
 #include "model/fused_ops.h"
+#include "model/fused_xent.h"
 #include "model/parametrization.h"
 #include "optim/zero.h"
 #include "util/log.h"
@@ -160,21 +161,27 @@ MemoryPlan plan_memory(const Config& cfg, const MemoryPlanOptions& options) {
   plan.saved_per_seq += plan.mask_per_seq;
   // Backward's working set on top, in blocks' worth of activations. Without
   // recompute none: backward frees each block's activations as it makes
-  // their gradients. With recompute, the rebuilt graph of one block (1),
-  // or of its operations between the kept linear outputs (selective, 0.5).
-  // Measured live peaks on the CPU agree, but there the logits chunk was
-  // the larger term, so these factors are assumptions until a GPU run at a
-  // large micro-batch measures them (docs/data-parallel.md, "Memory").
+  // their gradients. With recompute, the rebuilt graph of one block, less
+  // what its backward has freed by its peak, or of its operations between
+  // the kept linear outputs (selective, 0.5). Full recompute's factor is
+  // measured on the CPU (bench-cpu, fp32, live bytes, a Zen 4): 0.71 of a
+  // block with the fused gated MLP, 0.84 with the composite one, whose
+  // backward makes more temporaries; the plan takes 0.75 there. CUDA keeps
+  // 1 until a GPU run at a large micro-batch measures it
+  // (docs/data-parallel.md, "Memory").
   const bool selective = t.activation_checkpointing == ActivationCheckpointing::selective;
-  plan.transient_per_seq = block.full * T * (selective ? 0.5 : any_recomputed ? 1.0 : 0.0);
+  const double recompute = options.cuda ? 1.0 : 0.75;
+  plan.transient_per_seq = block.full * T * (selective ? 0.5 : any_recomputed ? recompute : 0.0);
 
   // The loss head: per logit of a chunk, the logits and their log-softmax
   // in float32 (float64 for fp64), and under autocast the bf16 product
-  // they are cast from; the head's float32 gradient once.
+  // they are cast from; the head's float32 gradient once. keel's fused CPU
+  // loss kernel (fp32) forms the gradient in the logits' own buffer: one copy.
   const double acc = std::max(b, 4.0);
   const double V = static_cast<double>(m.padded_vocab());
+  const bool fused_loss = !options.cuda && !bf16 && !fp64 && fused_cpu_loss_applies();
   plan.micro_batch = t.micro_batch_size;
-  plan.logit_bytes = V * (2 * acc + (b < acc ? b : 0));
+  plan.logit_bytes = V * ((fused_loss ? 1 : 2) * acc + (b < acc ? b : 0));
   plan.head_gradient = V * static_cast<double>(m.d_model) * acc;
   plan.chunk_tokens = t.loss_chunk_tokens <= 0 ? 0
                       : cpu_chunk_tokens(t.loss_chunk_tokens, m.padded_vocab(),
