@@ -51,7 +51,11 @@ def test_prints_each_matmul_for_both_libraries():
         row = re.search(rf"^{kind}\s+([\d.]+)\s+([\d.]+)\s+(aten|onednn)$", out.stdout, re.M)
         assert row, out.stdout
         a, o = float(row.group(1)), float(row.group(2))
-        assert a > 0 and o > 0 and row.group(3) == ("aten" if a < o else "onednn")
+        assert a > 0 and o > 0
+        # The choice is made on unrounded times: where both print the same
+        # (2.4 and 2.4 on a Zen 4), either library may be the faster.
+        if a != o:
+            assert row.group(3) == ("aten" if a < o else "onednn"), out.stdout
 
 
 def test_missing_config_is_exit_2(tmp_path):
