@@ -103,7 +103,7 @@ bool fused_cpu_loss_applies() { return fused_cpu_kernels_enabled() && loss_kerne
 
 bool fused_cpu_softmax_xent(torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab, double cap,
                             double inv_n, double z_coef, bool grad, torch::Tensor* lse, torch::Tensor* target_logit) {
-  if (!fused_cpu_kernels_enabled() || !loss_kernel_enabled() || !logits.defined() || !logits.device().is_cpu() ||
+  if (!fused_cpu_loss_applies() || !logits.defined() || !logits.device().is_cpu() ||
       logits.scalar_type() != torch::kFloat32 || logits.dim() != 2 || !logits.is_contiguous() ||
       logits.size(0) == 0 || vocab <= 0 || vocab > logits.size(1) || !targets.defined() ||
       targets.scalar_type() != torch::kInt64 || targets.numel() != logits.size(0) || !targets.device().is_cpu())
