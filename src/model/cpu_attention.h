@@ -41,4 +41,10 @@ bool cpu_causal_attention_applies(torch::Device device, torch::ScalarType dtype)
 // flash and math ask for SDPA's own (train/device.cpp sets it per run).
 void allow_cpu_causal_attention(bool on);
 
+// What runs the kernel's block GEMMs: oneDNN's brgemm micro-kernel where this
+// LibTorch has it (kAuto, the default; KEEL_CPU_ATTENTION_GEMM=blas|onednn
+// overrides it), else BLAS sgemm. Tests run both.
+enum class CpuAttentionGemm { kAuto, kOneDnn, kBlas };
+void set_cpu_attention_gemm(CpuAttentionGemm gemm);
+
 }  // namespace keel

@@ -6,6 +6,7 @@
 // inputs laid out as attention.cpp passes them, and a thread-count-independent
 // backward (CPU resume is bit-exact).
 #include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -73,15 +74,27 @@ void expect_close(const torch::Tensor& got, const torch::Tensor& want, const std
   EXPECT_LE(err, 2e-5 * std::max(1.0, scale)) << what << ": max |error| " << err << " (max |value| " << scale << ")";
 }
 
+// Sets which GEMM the kernel's blocks run on for one scope.
+class AttentionGemm {
+ public:
+  explicit AttentionGemm(keel::CpuAttentionGemm gemm) { keel::set_cpu_attention_gemm(gemm); }
+  ~AttentionGemm() { keel::set_cpu_attention_gemm(keel::CpuAttentionGemm::kAuto); }
+};
+
+class CpuAttentionGemms : public ::testing::TestWithParam<keel::CpuAttentionGemm> {};
+
 // At 4 threads: with fewer (batch, K/V head) pairs than threads the
 // backward splits a group over tasks (1 x 1 pairs: 2 tasks of 1 head; 1 x 2
-// pairs of 3 heads: 3 tasks each), otherwise one task per pair.
-TEST(CpuAttention, MatchesTheFloat64CompositeForwardAndBackward) {
+// pairs of 3 heads: 3 tasks each), otherwise one task per pair. Both GEMM
+// back ends (oneDNN's brgemm where LibTorch has it, and BLAS sgemm).
+TEST_P(CpuAttentionGemms, MatchesTheFloat64CompositeForwardAndBackward) {
+  const AttentionGemm gemm(GetParam());
   torch::manual_seed(5);
   const int threads = at::get_num_threads();
   at::set_num_threads(4);
   for (const Shape& s : {Shape{2, 4, 4, 100, 32}, Shape{2, 8, 2, 130, 64}, Shape{1, 2, 1, 700, 16},
-                         Shape{1, 6, 2, 150, 16}, Shape{1, 3, 3, 1, 24}, Shape{3, 6, 3, 64, 8}}) {
+                         Shape{1, 6, 2, 150, 16}, Shape{1, 3, 3, 1, 24}, Shape{3, 6, 3, 64, 8},
+                         Shape{1, 4, 1, 1100, 20}}) {
     const auto what = name(s);
     auto opts = torch::TensorOptions().dtype(torch::kFloat64);
     // Rounded to fp32 first so both sides see the same inputs.
@@ -103,6 +116,45 @@ TEST(CpuAttention, MatchesTheFloat64CompositeForwardAndBackward) {
     expect_close(got.dv, vr.grad(), what + " dv");
   }
   at::set_num_threads(threads);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gemm, CpuAttentionGemms,
+                         ::testing::Values(keel::CpuAttentionGemm::kOneDnn, keel::CpuAttentionGemm::kBlas),
+                         [](const ::testing::TestParamInfo<keel::CpuAttentionGemm>& info) {
+                           return info.param == keel::CpuAttentionGemm::kBlas ? std::string("Blas")
+                                                                              : std::string("OneDnn");
+                         });
+
+// The two back ends give the same results up to float rounding, and the
+// default is oneDNN's where this LibTorch has brgemm.
+TEST(CpuAttention, BothGemmBackEndsAgree) {
+  torch::manual_seed(9);
+  const Shape s{2, 4, 2, 300, 32};
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  auto q = torch::randn({s.B, s.H, s.T, s.D}, opts), k = torch::randn({s.B, s.Hkv, s.T, s.D}, opts);
+  auto v = torch::randn({s.B, s.Hkv, s.T, s.D}, opts), dout = torch::randn({s.B, s.H, s.T, s.D}, opts);
+  Result runs[3];
+  {
+    const AttentionGemm gemm(keel::CpuAttentionGemm::kOneDnn);
+    runs[0] = run_kernel(q, k, v, dout, 0.2);
+  }
+  {
+    const AttentionGemm gemm(keel::CpuAttentionGemm::kBlas);
+    runs[1] = run_kernel(q, k, v, dout, 0.2);
+  }
+  runs[2] = run_kernel(q, k, v, dout, 0.2);  // the default
+  for (const Result& r : runs) ASSERT_TRUE(r.out.defined());
+  expect_close(runs[1].out, runs[0].out.to(torch::kFloat64), "out, BLAS against oneDNN");
+  expect_close(runs[1].dq, runs[0].dq.to(torch::kFloat64), "dq, BLAS against oneDNN");
+  expect_close(runs[1].dk, runs[0].dk.to(torch::kFloat64), "dk, BLAS against oneDNN");
+  expect_close(runs[1].dv, runs[0].dv.to(torch::kFloat64), "dv, BLAS against oneDNN");
+#ifdef CPUBLAS_BRGEMM_F32F32F32
+  EXPECT_TRUE(torch::equal(runs[2].out, runs[0].out) && torch::equal(runs[2].dk, runs[0].dk))
+      << "the default is not oneDNN's brgemm";
+#else
+  EXPECT_TRUE(torch::equal(runs[2].out, runs[1].out) && torch::equal(runs[2].dk, runs[1].dk))
+      << "without brgemm the default is not BLAS";
+#endif
 }
 
 // The first query sees only itself: its output is its own value row, and a
