@@ -121,11 +121,9 @@ KEEL_SIMD_CLONES void probabilities(float* __restrict s, int64_t cnt, int64_t kb
   for (int64_t j = cnt; j < kb; ++j) s[j] = 0.0f;
 }
 
-// Backward, one row: dS = scale P * (dP - delta), written over dP (the
-// scale of the scores, so the GEMMs after it need no alpha).
-KEEL_SIMD_CLONES void softmax_grad(const float* __restrict p, float* __restrict dp, int64_t kb, float delta,
-                                   float scale) {
-  for (int64_t j = 0; j < kb; ++j) dp[j] = scale * p[j] * (dp[j] - delta);
+// Backward, one row: dS = P * (dP - delta), written over dP.
+KEEL_SIMD_CLONES void softmax_grad(const float* __restrict p, float* __restrict dp, int64_t kb, float delta) {
+  for (int64_t j = 0; j < kb; ++j) dp[j] = p[j] * (dp[j] - delta);
 }
 
 KEEL_SIMD_CLONES float attn_dot(const float* __restrict a, const float* __restrict b, int64_t n) {
@@ -195,14 +193,16 @@ void gather_rows(const float* src, const AttnStrides& s, int64_t b, int64_t h0, 
     }
 }
 
-// The same rows transposed: dst [D, heads * rows].
-void gather_rows_transposed(const float* src, const AttnStrides& s, int64_t b, int64_t h0, int64_t heads, int64_t m,
-                            int64_t rows, int64_t D, float* dst) {
-  const int64_t n = heads * rows;
-  for (int64_t j = 0; j < heads; ++j)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* from = src + b * s.b + (h0 + j) * s.h + (m + r) * s.t;
-      for (int64_t d = 0; d < D; ++d) dst[d * n + j * rows + r] = from[d];
+// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols, in 16 x 16
+// tiles: a row-by-row transpose writes each element to another cache line,
+// at strides (1-2 KiB) that collide in L1.
+void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
+  constexpr int64_t kTile = 16;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c];
     }
 }
 
@@ -260,8 +260,8 @@ void attention_forward(const torch::Tensor& q, const torch::Tensor& k, const tor
 // dq [B, T, H, D]; dk, dv [B, T, Hkv, D]. A task is `heads` query heads of
 // one K/V head and one batch row, all query blocks: the K/V gradients of a
 // task accumulate in one place, transposed ([D, T]: the products dS^T Q and
-// P^T dO are written as Q^T dS and dO^T P), and are transposed back once at
-// its end. Where there are fewer (batch, K/V head) pairs than threads, a
+// P^T dO are written as Q^T dS and dO^T P, brgemm taking no transposed
+// operand), and are transposed back once at its end. Where there are fewer (batch, K/V head) pairs than threads, a
 // group is split over several tasks, each with its own K/V gradient buffer,
 // summed in task order afterwards.
 void attention_backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -301,9 +301,9 @@ void attention_backward(const torch::Tensor& q, const torch::Tensor& k, const to
       for (int64_t m = 0; m < T; m += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, T - m), keys = m + rows, n_rows = heads * rows;
         gather_rows(qp, qs, b, h0, heads, m, rows, D, scale, qg.data());
-        gather_rows_transposed(qp, qs, b, h0, heads, m, rows, D, qt.data());
         gather_rows(gp, gs, b, h0, heads, m, rows, D, 1.0f, gg.data());
-        gather_rows_transposed(gp, gs, b, h0, heads, m, rows, D, gt.data());
+        transpose(qg.data(), D, n_rows, D, qt.data(), n_rows);
+        transpose(gg.data(), D, n_rows, D, gt.data(), n_rows);
         for (int64_t i = 0; i < n_rows; ++i)  // delta = rowsum(dO * O), the softmax's backward term
           delta[i] = attn_dot(gg.data() + i * D, op + b * os.b + (h0 + i / rows) * os.h + (m + i % rows) * os.t, D);
         for (int64_t n = 0; n < keys; n += kKeyBlock) {
@@ -312,25 +312,21 @@ void attention_backward(const torch::Tensor& q, const torch::Tensor& k, const to
           for (int64_t i = 0; i < n_rows; ++i)
             probabilities(p.data() + i * kb, std::clamp<int64_t>(m + i % rows - n + 1, 0, kb), kb,
                           lp[(b * H + h0 + i / rows) * T + m + i % rows]);
-          // dV^T += dO^T P; dP = dO V^T; dS = scale P (dP - delta); dQ += dS K; dK^T += Q^T dS
+          // With dS = P (dP - delta): dV^T += dO^T P; dP = dO V^T; dQ / scale += dS K;
+          // dK^T += (scale Q)^T dS
           nn_gemm(onednn, D, kb, n_rows, gt.data(), n_rows, p.data(), kb, dvt.data() + n, T, true);
           nn_gemm(onednn, n_rows, kb, D, gg.data(), D, vth + n, T, dp.data(), kb, false);
-          for (int64_t i = 0; i < n_rows; ++i)
-            softmax_grad(p.data() + i * kb, dp.data() + i * kb, kb, delta[i], scale);
+          for (int64_t i = 0; i < n_rows; ++i) softmax_grad(p.data() + i * kb, dp.data() + i * kb, kb, delta[i]);
           nn_gemm(onednn, n_rows, D, kb, dp.data(), kb, kh + n * ks.t, ks.t, dqg.data(), D, n > 0);
           nn_gemm(onednn, D, kb, n_rows, qt.data(), n_rows, dp.data(), kb, dkt.data() + n, T, true);
         }
-        for (int64_t i = 0; i < n_rows; ++i)
-          std::memcpy(dqp + (b * T + m + i % rows) * H * D + (h0 + i / rows) * D, dqg.data() + i * D,
-                      D * sizeof(float));
-      }
-      float* dkh = dkp + split * part + b * T * kv_row + kvh * D;
-      float* dvh = dvp + split * part + b * T * kv_row + kvh * D;
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t d = 0; d < D; ++d) {
-          dkh[t * kv_row + d] = dkt[d * T + t];
-          dvh[t * kv_row + d] = dvt[d * T + t];
+        for (int64_t i = 0; i < n_rows; ++i) {
+          float* to = dqp + (b * T + m + i % rows) * H * D + (h0 + i / rows) * D;
+          for (int64_t d = 0; d < D; ++d) to[d] = dqg[i * D + d] * scale;
         }
+      }
+      transpose(dkt.data(), T, D, T, dkp + split * part + b * T * kv_row + kvh * D, kv_row);
+      transpose(dvt.data(), T, D, T, dvp + split * part + b * T * kv_row + kvh * D, kv_row);
     }
   });
   if (splits == 1) {
