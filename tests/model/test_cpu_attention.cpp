@@ -67,6 +67,17 @@ Result run_kernel(const torch::Tensor& q64, const torch::Tensor& k64, const torc
           g[2].view({B, T, Hkv, D}).transpose(1, 2)};
 }
 
+// Standard normal float64 q, k, v and an output gradient of shape s.
+struct Inputs {
+  torch::Tensor q, k, v, dout;
+};
+Inputs random_inputs(const Shape& s, uint64_t seed) {
+  torch::manual_seed(seed);
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  return {torch::randn({s.B, s.H, s.T, s.D}, opts), torch::randn({s.B, s.Hkv, s.T, s.D}, opts),
+          torch::randn({s.B, s.Hkv, s.T, s.D}, opts), torch::randn({s.B, s.H, s.T, s.D}, opts)};
+}
+
 void expect_close(const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
   ASSERT_EQ(got.sizes(), want.sizes()) << what;
   const double err = (got.to(torch::kFloat64) - want).abs().max().item<double>();
@@ -128,11 +139,7 @@ INSTANTIATE_TEST_SUITE_P(Gemm, CpuAttentionGemms,
 // The two back ends give the same results up to float rounding, and the
 // default is oneDNN's where this LibTorch has brgemm.
 TEST(CpuAttention, BothGemmBackEndsAgree) {
-  torch::manual_seed(9);
-  const Shape s{2, 4, 2, 300, 32};
-  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
-  auto q = torch::randn({s.B, s.H, s.T, s.D}, opts), k = torch::randn({s.B, s.Hkv, s.T, s.D}, opts);
-  auto v = torch::randn({s.B, s.Hkv, s.T, s.D}, opts), dout = torch::randn({s.B, s.H, s.T, s.D}, opts);
+  const auto [q, k, v, dout] = random_inputs(Shape{2, 4, 2, 300, 32}, 9);
   Result runs[3];
   {
     const AttentionGemm gemm(keel::CpuAttentionGemm::kOneDnn);
@@ -176,11 +183,7 @@ TEST(CpuAttention, FirstQueryCopiesItsValueAndLargeScoresStayFinite) {
 // resume needs). Across thread counts BLAS may order a GEMM's sums
 // differently, as it may for every linear layer: there, close.
 TEST(CpuAttention, RepeatsBitForBitAtAGivenThreadCount) {
-  torch::manual_seed(7);
-  const Shape s{2, 4, 2, 200, 32};
-  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
-  auto q = torch::randn({s.B, s.H, s.T, s.D}, opts), k = torch::randn({s.B, s.Hkv, s.T, s.D}, opts);
-  auto v = torch::randn({s.B, s.Hkv, s.T, s.D}, opts), dout = torch::randn({s.B, s.H, s.T, s.D}, opts);
+  const auto [q, k, v, dout] = random_inputs(Shape{2, 4, 2, 200, 32}, 7);
   const int threads = at::get_num_threads();
   std::vector<Result> runs;
   for (int n : {1, 1, 3, 3}) {
