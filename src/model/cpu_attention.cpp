@@ -41,9 +41,10 @@ std::atomic<CpuAttentionGemm> g_gemm{CpuAttentionGemm::kAuto};  // set_cpu_atten
 // Whether the blocks' GEMMs run on oneDNN's brgemm micro-kernel (through
 // ATen's cpublas::brgemm, the one PyTorch's reduced-precision flash kernel
 // calls), else on BLAS sgemm. brgemm JITs a kernel for each block shape and
-// runs it on the calling thread: on a 2-core Zen 4 it runs these blocks
-// (256 x 512 x 64 and the like) at 110-116 GFLOP/s a core against 92-99 for
-// MKL's sgemm, with AVX-512 and AVX2 alike. KEEL_CPU_ATTENTION_GEMM=blas|onednn
+// runs it on the calling thread; ATen itself falls back to its gemm where
+// oneDNN is switched off or the CPU lacks AVX2. On a 2-core Zen 4 the
+// attention took 213 ms of a bench-cpu step against 238 on MKL's sgemm
+// (docs/speed.md, "Other CPUs"). KEEL_CPU_ATTENTION_GEMM=blas|onednn
 // overrides the default (oneDNN where this LibTorch has it).
 bool attention_gemm_is_onednn() {
 #ifdef CPUBLAS_BRGEMM_F32F32F32

@@ -13,7 +13,7 @@
 // probabilities from the saved log-sum-exp); results equal SDPA's up to float
 // rounding. The backward's tasks and the order its K/V gradients are summed
 // in depend only on the shapes and the thread count, so a run repeats bit for
-// bit at a given thread count (across thread counts BLAS may round a GEMM
+// bit at a given thread count (across thread counts a GEMM may be rounded
 // differently, as in every linear layer).
 #pragma once
 
@@ -28,8 +28,8 @@ namespace keel {
 // a dense [B, T, H, D] tensor (what the output projection reads). Returns an
 // undefined tensor where it does not apply: not CPU fp32, the fused kernels
 // off (KEEL_CPU_FUSED=0, KEEL_CPU_KERNELS=composite, a CompositeOnly guard),
-// KEEL_CPU_ATTENTION=sdpa, or a LibTorch without a BLAS sgemm; the caller then
-// runs SDPA. First derivatives only (no double backward).
+// KEEL_CPU_ATTENTION=sdpa, or a LibTorch with neither oneDNN's brgemm nor a
+// BLAS sgemm; the caller then runs SDPA. First derivatives only (no double backward).
 torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    double scale);
 
