@@ -38,27 +38,41 @@ constexpr int kAttnLanes = 16;       // independent partial results, so the row 
 std::atomic<bool> g_allowed{true};  // allow_cpu_causal_attention
 std::atomic<CpuAttentionGemm> g_gemm{CpuAttentionGemm::kAuto};  // set_cpu_attention_gemm
 
-// Whether the blocks' GEMMs run on oneDNN's brgemm micro-kernel (through
-// ATen's cpublas::brgemm, the one PyTorch's reduced-precision flash kernel
-// calls), else on BLAS sgemm. brgemm JITs a kernel for each block shape and
-// runs it on the calling thread; ATen itself falls back to its gemm where
-// oneDNN is switched off or the CPU lacks AVX2. On a 2-core Zen 4 the
-// attention took 213 ms of a bench-cpu step against 238 on MKL's sgemm
-// (docs/speed.md, "Other CPUs"). KEEL_CPU_ATTENTION_GEMM=blas|onednn
-// overrides the default (oneDNN where this LibTorch has it).
-bool attention_gemm_is_onednn() {
-#ifdef CPUBLAS_BRGEMM_F32F32F32
+// The back end asked for: set_cpu_attention_gemm, else KEEL_CPU_ATTENTION_GEMM.
+CpuAttentionGemm requested_attention_gemm() {
   static const CpuAttentionGemm env = [] {
     const char* e = std::getenv("KEEL_CPU_ATTENTION_GEMM");
     if (e && std::strcmp(e, "blas") == 0) return CpuAttentionGemm::kBlas;
     if (e && std::strcmp(e, "onednn") == 0) return CpuAttentionGemm::kOneDnn;
     return CpuAttentionGemm::kAuto;
   }();
-  const CpuAttentionGemm chosen = g_gemm.load() != CpuAttentionGemm::kAuto ? g_gemm.load() : env;
-  return chosen != CpuAttentionGemm::kBlas;
-#else
-  return false;
+  return g_gemm.load() != CpuAttentionGemm::kAuto ? g_gemm.load() : env;
+}
+
+// Whether a call with T tokens runs its blocks' GEMMs on oneDNN's brgemm
+// micro-kernel (through ATen's cpublas::brgemm, the one PyTorch's
+// reduced-precision flash kernel calls), else on BLAS sgemm. brgemm JITs a
+// kernel for each shape and leading dimensions and runs it on the calling
+// thread; ATen falls back to its own gemm where oneDNN is switched off or the
+// CPU lacks AVX2. On a 2-core Zen 4 the attention took 213 ms of a bench-cpu
+// step against 238 on MKL's sgemm (docs/speed.md, "Other CPUs"). ATen keeps
+// every kernel it JITs (about 25 KiB and 0.1 ms each there, per thread), and
+// the shapes follow T: by default (kAuto) brgemm serves only T a multiple of
+// the query block, where the blocks' shapes repeat and a run meets at most
+// max_seq_len / 64 of them; other lengths, such as each token of `keel
+// generate` (which recomputes the prefix), take sgemm. kOneDnn forces brgemm
+// for every T (tests), kBlas sgemm.
+bool use_brgemm(int64_t T) {
+#ifdef CPUBLAS_BRGEMM_F32F32F32
+  if (sgemm_ == nullptr) return true;  // no BLAS: brgemm (or ATen's own gemm behind it) is all there is
+  switch (requested_attention_gemm()) {
+    case CpuAttentionGemm::kBlas: return false;
+    case CpuAttentionGemm::kOneDnn: return true;
+    case CpuAttentionGemm::kAuto: return T % kQueryBlock == 0;
+  }
 #endif
+  (void)T;
+  return false;
 }
 
 // Row-major C [M, N] = A [M, K] B [K, N] (+ C where accumulate), with row
@@ -144,7 +158,7 @@ bool attention_kernel_enabled() {
     const char* env = std::getenv("KEEL_CPU_ATTENTION");
     return !(env && std::strcmp(env, "sdpa") == 0);
   }();
-  return on && g_allowed.load() && (attention_gemm_is_onednn() || sgemm_ != nullptr);
+  return on && g_allowed.load() && (sgemm_ != nullptr || use_brgemm(0));
 }
 
 // The head dimension dense and rows at least D apart (what BLAS takes).
@@ -215,7 +229,7 @@ void attention_forward(const torch::Tensor& q, const torch::Tensor& k, const tor
                        torch::Tensor& out, torch::Tensor& lse) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1), group = H / Hkv;
   const int64_t q_blocks = (T + kQueryBlock - 1) / kQueryBlock;
-  const bool onednn = attention_gemm_is_onednn();
+  const bool onednn = use_brgemm(T);
   out = torch::empty({B, T, H, D}, q.options());  // shape: [B, T, H, D], returned as [B, H, T, D]
   lse = torch::empty({B, H, T}, q.options());
   const auto kt = keys_transposed(k);  // shape: [B, Hkv, D, T]
@@ -275,7 +289,7 @@ void attention_backward(const torch::Tensor& q, const torch::Tensor& k, const to
     while (group % splits != 0) ++splits;
   }
   const int64_t heads = group / splits;
-  const bool onednn = attention_gemm_is_onednn();
+  const bool onednn = use_brgemm(T);
   dq = torch::empty({B, T, H, D}, q.options());
   // shape: [splits, B, T, Hkv, D]; every element is written by one task
   auto dk_parts = torch::empty({splits, B, T, Hkv, D}, q.options()), dv_parts = torch::empty_like(dk_parts);

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -105,7 +106,7 @@ TEST_P(CpuAttentionGemms, MatchesTheFloat64CompositeForwardAndBackward) {
   at::set_num_threads(4);
   for (const Shape& s : {Shape{2, 4, 4, 100, 32}, Shape{2, 8, 2, 130, 64}, Shape{1, 2, 1, 700, 16},
                          Shape{1, 6, 2, 150, 16}, Shape{1, 3, 3, 1, 24}, Shape{3, 6, 3, 64, 8},
-                         Shape{1, 4, 1, 1100, 20}}) {
+                         Shape{1, 4, 1, 1100, 20}, Shape{1, 4, 1, 1088, 20}, Shape{2, 8, 2, 192, 64}}) {
     const auto what = name(s);
     auto opts = torch::TensorOptions().dtype(torch::kFloat64);
     // Rounded to fp32 first so both sides see the same inputs.
@@ -136,32 +137,41 @@ INSTANTIATE_TEST_SUITE_P(Gemm, CpuAttentionGemms,
                                                                               : std::string("OneDnn");
                          });
 
-// The two back ends give the same results up to float rounding, and the
-// default is oneDNN's where this LibTorch has brgemm.
-TEST(CpuAttention, BothGemmBackEndsAgree) {
-  const auto [q, k, v, dout] = random_inputs(Shape{2, 4, 2, 300, 32}, 9);
-  Result runs[3];
-  {
-    const AttentionGemm gemm(keel::CpuAttentionGemm::kOneDnn);
-    runs[0] = run_kernel(q, k, v, dout, 0.2);
-  }
-  {
-    const AttentionGemm gemm(keel::CpuAttentionGemm::kBlas);
-    runs[1] = run_kernel(q, k, v, dout, 0.2);
-  }
-  runs[2] = run_kernel(q, k, v, dout, 0.2);  // the default
-  for (const Result& r : runs) ASSERT_TRUE(r.out.defined());
-  expect_close(runs[1].out, runs[0].out.to(torch::kFloat64), "out, BLAS against oneDNN");
-  expect_close(runs[1].dq, runs[0].dq.to(torch::kFloat64), "dq, BLAS against oneDNN");
-  expect_close(runs[1].dk, runs[0].dk.to(torch::kFloat64), "dk, BLAS against oneDNN");
-  expect_close(runs[1].dv, runs[0].dv.to(torch::kFloat64), "dv, BLAS against oneDNN");
+// The two back ends give the same results up to float rounding. By default
+// brgemm serves T a multiple of the query block (64) and sgemm the other
+// lengths (brgemm's kernels are cached per shape and leading dimension).
+TEST(CpuAttention, BothGemmBackEndsAgreeAndTheDefaultPicksByLength) {
+  for (const int64_t T : {320, 300}) {
+    const auto what = "T " + std::to_string(T);
+    const auto [q, k, v, dout] = random_inputs(Shape{2, 4, 2, T, 32}, 9);
+    Result runs[3];
+    {
+      const AttentionGemm gemm(keel::CpuAttentionGemm::kOneDnn);
+      runs[0] = run_kernel(q, k, v, dout, 0.2);
+    }
+    {
+      const AttentionGemm gemm(keel::CpuAttentionGemm::kBlas);
+      runs[1] = run_kernel(q, k, v, dout, 0.2);
+    }
+    runs[2] = run_kernel(q, k, v, dout, 0.2);  // the default
+    for (const Result& r : runs) ASSERT_TRUE(r.out.defined()) << what;
+    expect_close(runs[1].out, runs[0].out.to(torch::kFloat64), what + " out, BLAS against oneDNN");
+    expect_close(runs[1].dq, runs[0].dq.to(torch::kFloat64), what + " dq, BLAS against oneDNN");
+    expect_close(runs[1].dk, runs[0].dk.to(torch::kFloat64), what + " dk, BLAS against oneDNN");
+    expect_close(runs[1].dv, runs[0].dv.to(torch::kFloat64), what + " dv, BLAS against oneDNN");
+    // ATen runs its own gemm behind brgemm without oneDNN or AVX2: then the bits may agree.
+    if (at::hasMKLDNN() && __builtin_cpu_supports("avx2"))
+      EXPECT_FALSE(torch::equal(runs[0].out, runs[1].out) && torch::equal(runs[0].dk, runs[1].dk))
+          << what << ": the two back ends gave the same bits (is brgemm running?)";
 #ifdef CPUBLAS_BRGEMM_F32F32F32
-  EXPECT_TRUE(torch::equal(runs[2].out, runs[0].out) && torch::equal(runs[2].dk, runs[0].dk))
-      << "the default is not oneDNN's brgemm";
+    const Result& want = T % 64 == 0 ? runs[0] : runs[1];
 #else
-  EXPECT_TRUE(torch::equal(runs[2].out, runs[1].out) && torch::equal(runs[2].dk, runs[1].dk))
-      << "without brgemm the default is not BLAS";
+    const Result& want = runs[1];
 #endif
+    if (std::getenv("KEEL_CPU_ATTENTION_GEMM") == nullptr)  // which overrides the default
+      EXPECT_TRUE(torch::equal(runs[2].out, want.out) && torch::equal(runs[2].dk, want.dk))
+          << what << ": the default did not pick " << (&want == &runs[0] ? "brgemm" : "sgemm");
+  }
 }
 
 // The first query sees only itself: its output is its own value row, and a
