@@ -385,6 +385,8 @@ struct CausalAttentionFn : public torch::autograd::Function<CausalAttentionFn> {
 
 }  // namespace
 
+std::string cpu_causal_attention_gemm(int64_t T) { return use_brgemm(T) ? "brgemm" : "sgemm"; }
+
 void allow_cpu_causal_attention(bool on) { g_allowed.store(on); }
 
 void set_cpu_attention_gemm(CpuAttentionGemm gemm) { g_gemm.store(gemm); }

@@ -19,6 +19,8 @@
 
 #include <torch/torch.h>
 
+#include <string>
+
 namespace keel {
 
 // softmax(scale q kᵀ + causal mask) v for CPU fp32 q [B, H, T, D] and k, v
@@ -36,6 +38,9 @@ torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& 
 // Whether cpu_causal_attention would run for a query of this device and dtype
 // on this thread now (for the attention kernel's name in `keel bench`).
 bool cpu_causal_attention_applies(torch::Device device, torch::ScalarType dtype);
+
+// What runs its block GEMMs for a sequence of T tokens: "brgemm" or "sgemm".
+std::string cpu_causal_attention_gemm(int64_t T);
 
 // train.attention_backend on the CPU: auto allows this kernel (the default),
 // flash and math ask for SDPA's own (train/device.cpp sets it per run).

@@ -132,10 +132,12 @@ TEST(Bench, JsonRecordIsCompleteAndConsistent) {
   // operators of one more step, counted.
   const auto& attn = r["attention"];
   ASSERT_TRUE(attn.is_object()) << r.dump(2);
-  if (keel::cpu_causal_attention_applies(torch::kCPU, torch::kFloat32))
-    EXPECT_EQ(attn["kernel"], "keel causal (CPU)") << attn.dump();
-  else
+  if (keel::cpu_causal_attention_applies(torch::kCPU, torch::kFloat32)) {
+    const auto gemm = keel::cpu_causal_attention_gemm(r["batch"]["seq_len"].get<int64_t>());
+    EXPECT_EQ(attn["kernel"], "keel causal (CPU, " + gemm + ")") << attn.dump();
+  } else {
     EXPECT_TRUE(attn["kernel"] == "flash_attention" || attn["kernel"] == "math") << attn.dump();
+  }
   EXPECT_EQ(attn["sdpa_order"], "flash, math");
   const auto& ops = r["ops_per_step"];
   ASSERT_TRUE(ops.is_object()) << r.dump(2);
