@@ -38,6 +38,12 @@ constexpr int kAttnLanes = 16;       // independent partial results, so the row 
 std::atomic<bool> g_allowed{true};  // allow_cpu_causal_attention
 std::atomic<CpuAttentionGemm> g_gemm{CpuAttentionGemm::kAuto};  // set_cpu_attention_gemm
 
+#ifdef CPUBLAS_BRGEMM_F32F32F32
+constexpr bool kHasBrgemm = true;  // this LibTorch exports ATen's fp32 cpublas::brgemm
+#else
+constexpr bool kHasBrgemm = false;
+#endif
+
 // The back end asked for: set_cpu_attention_gemm, else KEEL_CPU_ATTENTION_GEMM.
 CpuAttentionGemm requested_attention_gemm() {
   static const CpuAttentionGemm env = [] {
@@ -63,16 +69,14 @@ CpuAttentionGemm requested_attention_gemm() {
 // generate` (which recomputes the prefix), take sgemm. kOneDnn forces brgemm
 // for every T (tests), kBlas sgemm.
 bool use_brgemm(int64_t T) {
-#ifdef CPUBLAS_BRGEMM_F32F32F32
+  if (!kHasBrgemm) return false;
   if (sgemm_ == nullptr) return true;  // no BLAS: brgemm (or ATen's own gemm behind it) is all there is
   switch (requested_attention_gemm()) {
     case CpuAttentionGemm::kBlas: return false;
     case CpuAttentionGemm::kOneDnn: return true;
-    case CpuAttentionGemm::kAuto: return T % kQueryBlock == 0;
+    case CpuAttentionGemm::kAuto: break;
   }
-#endif
-  (void)T;
-  return false;
+  return T % kQueryBlock == 0;
 }
 
 // Row-major C [M, N] = A [M, K] B [K, N] (+ C where accumulate), with row
@@ -158,7 +162,7 @@ bool attention_kernel_enabled() {
     const char* env = std::getenv("KEEL_CPU_ATTENTION");
     return !(env && std::strcmp(env, "sdpa") == 0);
   }();
-  return on && g_allowed.load() && (sgemm_ != nullptr || use_brgemm(0));
+  return on && g_allowed.load() && (sgemm_ != nullptr || kHasBrgemm);
 }
 
 // The head dimension dense and rows at least D apart (what BLAS takes).
@@ -276,9 +280,9 @@ void attention_forward(const torch::Tensor& q, const torch::Tensor& k, const tor
 // one K/V head and one batch row, all query blocks: the K/V gradients of a
 // task accumulate in one place, transposed ([D, T]: the products dS^T Q and
 // P^T dO are written as Q^T dS and dO^T P, brgemm taking no transposed
-// operand), and are transposed back once at its end. Where there are fewer (batch, K/V head) pairs than threads, a
-// group is split over several tasks, each with its own K/V gradient buffer,
-// summed in task order afterwards.
+// operand), and are transposed back once at its end. Where there are fewer
+// (batch, K/V head) pairs than threads, a group is split over several tasks,
+// each with its own K/V gradient buffer, summed in task order afterwards.
 void attention_backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& dout, float scale,
                         torch::Tensor& dq, torch::Tensor& dk, torch::Tensor& dv) {

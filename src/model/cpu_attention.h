@@ -31,7 +31,8 @@ namespace keel {
 // undefined tensor where it does not apply: not CPU fp32, the fused kernels
 // off (KEEL_CPU_FUSED=0, KEEL_CPU_KERNELS=composite, a CompositeOnly guard),
 // KEEL_CPU_ATTENTION=sdpa, or a LibTorch with neither oneDNN's brgemm nor a
-// BLAS sgemm; the caller then runs SDPA. First derivatives only (no double backward).
+// BLAS sgemm; the caller then runs SDPA. First derivatives only (no double
+// backward).
 torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    double scale);
 
@@ -46,9 +47,10 @@ std::string cpu_causal_attention_gemm(int64_t T);
 // flash and math ask for SDPA's own (train/device.cpp sets it per run).
 void allow_cpu_causal_attention(bool on);
 
-// What runs the kernel's block GEMMs: oneDNN's brgemm micro-kernel where this
-// LibTorch has it (kAuto, the default; KEEL_CPU_ATTENTION_GEMM=blas|onednn
-// overrides it), else BLAS sgemm. Tests run both.
+// What runs the kernel's block GEMMs. kAuto (the default): oneDNN's brgemm
+// micro-kernel where this LibTorch has it and T is a multiple of 64, else BLAS
+// sgemm (cpu_causal_attention_gemm says which). kOneDnn and kBlas force one
+// for every T, as KEEL_CPU_ATTENTION_GEMM=onednn|blas does. Tests run both.
 enum class CpuAttentionGemm { kAuto, kOneDnn, kBlas };
 void set_cpu_attention_gemm(CpuAttentionGemm gemm);
 
