@@ -2,7 +2,8 @@
 # keel vs PyTorch on the same machine: runs `keel bench` and the PyTorch
 # reference (bench/bench_pytorch.py, eager and torch.compile) alternately,
 # RUNS rounds, all on uniform random tokens with the same config file, then
-# prints the median tokens/s of each and the ratios keel/eager, keel/compile.
+# prints the median tokens/s of each and the ratios keel/eager, keel/compile
+# (of the medians, and the range of round-by-round ratios).
 #   scripts/bench/bench_compare.sh CONFIG [RUNS] [--set k=v ...]
 # Environment: KEEL (binary, default build/keel), PYTHON (default
 # .venv/bin/python), STEPS (timed steps, default 10), WARMUP (default 3),
@@ -67,14 +68,19 @@ med = {k: statistics.median(r["tokens_per_s"] for r in v) for k, v in rows.items
 ms = {k: statistics.median(r["step_ms"]["median"] for r in v) for k, v in rows.items() if v}
 loads = [r["load_average"][0] for v in rows.values() for r in v]
 print(f"\n{'':10s} {'tokens/s':>12s} {'ms/step':>10s} {'keel / this':>12s}   (median of {len(rows['keel'])} runs)")
+# Round r of keel against round r of each mode: the rounds ran minutes
+# apart, so their spread shows how much of the ratio the machine's hour decides.
+paired = {k: [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(rows["keel"], rows[k])] for k in med if k != "keel"}
 for k in med:
     ratio = med["keel"] / med[k]
-    print(f"{k:10s} {med[k]:12.0f} {ms[k]:10.2f} {ratio:12.3f}")
+    spread = f"   rounds {min(paired[k]):.3f}-{max(paired[k]):.3f}" if k in paired else ""
+    print(f"{k:10s} {med[k]:12.0f} {ms[k]:10.2f} {ratio:12.3f}{spread}")
 params = {k: v[0]["parameters"] for k, v in rows.items() if v}
 print(f"parameters: {params}; 1-min load during the runs: {min(loads):.2f}-{max(loads):.2f}")
 isa = {k: v[0].get("host", {}).get("kernel_isa") or v[0].get("kernel_isa") for k, v in rows.items() if v}
 print(f"kernel ISA: {isa}")
 summary = {"tokens_per_s": med, "step_ms": ms, "ratios": {f"keel/{k}": med["keel"] / med[k] for k in med if k != "keel"},
+           "round_ratios": {f"keel/{k}": v for k, v in paired.items()},
            "parameters": params, "kernel_isa": isa, "load_1min": [min(loads), max(loads)], "runs": len(rows["keel"])}
 json.dump(summary, open(f"{out}/summary.json", "w"), indent=2)
 print(f"records: {out}/")

@@ -1,6 +1,7 @@
 """scripts/bench/bench_compare.sh against keel's and the PyTorch reference's
 real records: one round of keel and eager on bench-cpu-tiny with ATen held
-to AVX2. The summary must give both sides' ratios and kernel ISAs, and the
+to AVX2. The summary must give both sides' ratios (of the medians and round
+by round) and kernel ISAs, and the
 script must print the variable and give inductor a cache of its own (an
 avx2 torch.compile run died in kernels cached under AVX-512)."""
 import json
@@ -26,6 +27,10 @@ def test_one_round_gives_ratios_and_the_kernel_isa_of_each_side(tmp_path):
     summary = json.loads((tmp_path / "records" / "summary.json").read_text())
     assert summary["runs"] == 1
     assert summary["ratios"]["keel/eager"] > 0
+    # One round: its own ratio is the ratio of the medians, and the table gives its range.
+    assert summary["round_ratios"]["keel/eager"] == [summary["ratios"]["keel/eager"]]
+    r = summary["ratios"]["keel/eager"]
+    assert f"rounds {r:.3f}-{r:.3f}" in out.stdout, out.stdout
     isa = summary["kernel_isa"]
     assert isa["keel"]["aten"] == "AVX2" and isa["eager"]["aten"] == "AVX2", isa
     assert isa["keel"]["keel"] in ("avx512f", "avx2"), isa
