@@ -1,7 +1,9 @@
-// The gated MLP's activation on the CPU in one pass each way (fused_ops.h,
-// fused_cpu_glu). The composite runs silu (or tanh-GELU) and a multiply
+// The MLP's activations on the CPU in one pass each way (fused_ops.h).
+// fused_cpu_glu: the composite runs silu (or tanh-GELU) and a multiply
 // forward, and three passes backward (dh * u, the activation's backward,
 // dh * act(g)), each a full read and write of [tokens, ffn_dim] tensors.
+// fused_cpu_gelu: ATen's erf-GELU backward computes two exponentials per
+// element where one serves (erf's and the density's are both e^(-x^2/2)).
 #include <ATen/record_function.h>
 
 #include <cmath>
@@ -106,6 +108,79 @@ struct GluFn : public torch::autograd::Function<GluFn> {
   }
 };
 
+// Φ(x), the standard normal CDF, by Abramowitz and Stegun's 7.1.26 for
+// erfc (absolute error <= 1.5e-7), the approximation ATen's vectorised erf
+// uses, so the kernel and the composite round alike. Also sets *gauss =
+// e^(-x^2/2), which the backward's density reuses. Φ is formed from erfc
+// directly on either side of 0, not as 0.5 (1 + erf), which would cancel to
+// nothing in the left tail.
+inline float normal_cdf(float x, float* gauss) {
+  constexpr float kSqrtHalf = 0.70710678118654752f;
+  const float a = std::fabs(x) * kSqrtHalf;
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  const float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
+  const float e = exp_poly(-0.5f * x * x);
+  *gauss = e;
+  const float half_erfc = 0.5f * poly * e;  // 0.5 erfc(|x| / sqrt 2) = Φ(-|x|)
+  return x < 0.0f ? half_erfc : 1.0f - half_erfc;
+}
+
+// GELU(x) = x Φ(x); its derivative Φ(x) + x φ(x), φ(x) = e^(-x^2/2) / sqrt(2 pi).
+KEEL_SIMD_CLONES void gelu_forward_row(const float* __restrict x, float* __restrict y, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    float e;
+    y[j] = x[j] * normal_cdf(x[j], &e);
+  }
+}
+KEEL_SIMD_CLONES void gelu_backward_row(const float* __restrict x, const float* __restrict dy, float* __restrict dx,
+                                        int64_t n) {
+  constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+  for (int64_t j = 0; j < n; ++j) {
+    float e;
+    const float cdf = normal_cdf(x[j], &e);
+    dx[j] = dy[j] * (cdf + x[j] * kInvSqrt2Pi * e);
+  }
+}
+
+struct GeluFn : public torch::autograd::Function<GeluFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in) {
+    RECORD_FUNCTION("keel::gelu", std::vector<c10::IValue>());
+    auto x = rows_of(x_in);
+    auto y = torch::empty_like(x);
+    const int64_t n = x.size(1);
+    const float* xp = x.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    keel::parallel_for(0, x.size(0), 16, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) gelu_forward_row(xp + r * n, yp + r * n, n);
+    });
+    ctx->save_for_backward({x});
+    return y.view(x_in.sizes());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    RECORD_FUNCTION("keel::gelu_backward", std::vector<c10::IValue>());
+    const auto x = ctx->get_saved_variables()[0];
+    auto dy = rows_of(grads[0]);
+    auto dx = torch::empty_like(x);
+    const int64_t n = x.size(1);
+    const float *xp = x.data_ptr<float>(), *dyp = dy.data_ptr<float>();
+    float* dxp = dx.data_ptr<float>();
+    keel::parallel_for(0, x.size(0), 16, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) gelu_backward_row(xp + r * n, dyp + r * n, dxp + r * n, n);
+    });
+    return {dx.view(grads[0].sizes())};
+  }
+};
+
+// KEEL_CPU_FUSED_GELU=0 turns this kernel alone off.
+bool gelu_kernel_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("KEEL_CPU_FUSED_GELU");
+    return !(env && std::string(env) == "0");
+  }();
+  return on;
+}
+
 // KEEL_CPU_FUSED_GLU=0 turns this kernel alone off (to measure what it buys).
 bool glu_kernel_enabled() {
   static const bool on = [] {
@@ -118,6 +193,13 @@ bool glu_kernel_enabled() {
 }  // namespace
 
 bool fused_cpu_glu_enabled() { return fused_cpu_kernels_enabled() && glu_kernel_enabled(); }
+
+torch::Tensor fused_cpu_gelu(const torch::Tensor& x) {
+  if (!fused_cpu_kernels_enabled() || !gelu_kernel_enabled() || !x.defined() || !x.device().is_cpu() ||
+      x.scalar_type() != torch::kFloat32 || x.dim() < 1 || x.numel() == 0)
+    return {};
+  return GeluFn::apply(x);
+}
 
 torch::Tensor fused_cpu_glu(const torch::Tensor& g, const torch::Tensor& u, bool silu) {
   if (!fused_cpu_glu_enabled() || !g.defined() || !u.defined() || !g.device().is_cpu() || !u.device().is_cpu() ||

@@ -99,6 +99,13 @@ torch::Tensor fused_cpu_glu(const torch::Tensor& g, const torch::Tensor& u, bool
 // Whether fused_cpu_glu runs for CPU fp32 tensors on this thread now (for the memory plan).
 bool fused_cpu_glu_enabled();
 
+// The exact (erf) GELU, x Φ(x), for a CPU fp32 x (the non-gated MLP's
+// activation), one pass forward and one backward that computes one
+// exponential per element where ATen's backward computes two (fused_glu.cpp).
+// Undefined where it does not apply (as above, or KEEL_CPU_FUSED_GELU=0 for
+// this one alone).
+torch::Tensor fused_cpu_gelu(const torch::Tensor& x);
+
 // Rotate-half RoPE on x [B, T, heads, D] with tables cos, sin [>= T, D] (any
 // float dtype; converted to x's): x * cos + rotate_half(x) * sin.
 torch::Tensor fused_cpu_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);

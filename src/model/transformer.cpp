@@ -39,7 +39,9 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x_in) {
   const auto x = to_compute_dtype(x_in);  // cast once for both gate and up under autocast
   torch::Tensor h;
   if (!gated) {
-    h = torch::gelu(reparam_linear(x, w_up, b_up, w_up_sigma));
+    const auto u = reparam_linear(x, w_up, b_up, w_up_sigma);
+    h = fused_cpu_gelu(u);  // CPU fp32: one exponential per element backward (fused_ops.h); else undefined
+    if (!h.defined()) h = torch::gelu(u);
   } else {
     auto g = reparam_linear(x, w_gate, b_gate, w_gate_sigma);
     auto u = reparam_linear(x, w_up, b_up, w_up_sigma);

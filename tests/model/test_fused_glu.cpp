@@ -1,8 +1,9 @@
-// The gated MLP's fused activation (fused_cpu_glu, src/model/fused_ops.h)
-// against the composite it replaces, silu(g) * u and gelu_tanh(g) * u, in
-// float64 ATen with autograd: forward and both gradients, over the whole
-// range where the activations bend and saturate, strided inputs, and the
-// MLP layer on it against the layer on the composite.
+// The MLP's fused activations (src/model/fused_ops.h) against the
+// composites they replace, in float64 ATen with autograd: fused_cpu_glu
+// against silu(g) * u and gelu_tanh(g) * u, fused_cpu_gelu against the exact
+// (erf) GELU; forward and gradients over the whole range where the
+// activations bend and saturate, strided inputs, and the MLP layer on each
+// against the layer on the composite.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,6 +13,7 @@
 
 #include "model/fused_ops.h"
 #include "model/transformer.h"
+#include "train/op_counter.h"
 
 namespace {
 
@@ -87,6 +89,81 @@ TEST(FusedGlu, TheMlpLayerMatchesItsComposite) {
     expect_close(gg1, gg2.to(torch::kFloat64), 1e-5, what + " w_gate grad");
     expect_close(gu1, gu2.to(torch::kFloat64), 1e-5, what + " w_up grad");
   }
+}
+
+// x spans the saturated tails (|x| up to ~40) and the bend near 0, as fp32 values in float64.
+torch::Tensor activation_inputs(int64_t rows, int64_t cols) {
+  return torch::cat({torch::linspace(-40, 40, 2000), torch::randn({rows * cols - 2000}) * 3})
+      .view({rows, cols})
+      .to(torch::kFloat32)
+      .to(torch::kFloat64);
+}
+
+TEST(FusedGelu, MatchesTheFloat64CompositeForwardAndBackward) {
+  torch::manual_seed(5);
+  auto x64 = activation_inputs(3, 1000);
+  auto dy = torch::randn({3, 1000}, torch::kFloat64).to(torch::kFloat32).to(torch::kFloat64);
+  auto xr = x64.clone().requires_grad_(true);
+  auto want = torch::gelu(xr);  // exact erf GELU, in float64
+  (want * dy).sum().backward();
+
+  auto x = x64.to(torch::kFloat32).requires_grad_(true);
+  keel::OpCounter counter;
+  auto got = keel::fused_cpu_gelu(x);
+  ASSERT_TRUE(got.defined());
+  (got * dy.to(torch::kFloat32)).sum().backward();
+  const auto ops = counter.counts().by_name;
+  EXPECT_EQ(ops.count("keel::gelu"), 1u) << "the kernel, not ATen's gelu, ran";
+  EXPECT_EQ(ops.count("keel::gelu_backward"), 1u);
+  expect_close(got.detach(), want.detach(), 2e-6, "gelu");
+  expect_close(x.grad(), xr.grad(), 2e-6, "gelu dx");
+  // Near 0 and in the left tail, where errors relative to the largest value say nothing:
+  // Φ comes from erfc there, not 0.5 (1 + erf), so GELU(-6) ~ -6e-9 keeps the
+  // approximation's relative error (0.4%) instead of cancelling to 0.
+  auto small = torch::tensor({-6.0, -4.0, -3.0, -1.0, -1e-3, 0.0, 1e-3, 0.5, 3.0}, torch::kFloat64);
+  auto y = keel::fused_cpu_gelu(small.to(torch::kFloat32)).to(torch::kFloat64);
+  auto ref = torch::gelu(small);
+  EXPECT_TRUE(torch::allclose(y, ref, 5e-3, 1e-12)) << y << ref;
+  EXPECT_LT(y[0].item<double>(), 0.0) << "GELU(-6) is negative, not 0";
+}
+
+TEST(FusedGelu, TakesStridedInputsAndDeclinesWhatItDoesNotServe) {
+  torch::manual_seed(6);
+  auto x = torch::randn({4, 6, 40}).narrow(-1, 3, 33);  // rows 40 apart
+  auto got = keel::fused_cpu_gelu(x);
+  ASSERT_TRUE(got.defined());
+  EXPECT_EQ(got.sizes(), x.sizes());
+  EXPECT_TRUE(torch::allclose(got, torch::gelu(x), 1e-6, 1e-6));
+  EXPECT_FALSE(keel::fused_cpu_gelu(x.to(torch::kBFloat16)).defined());
+  EXPECT_FALSE(keel::fused_cpu_gelu(torch::empty({0, 4})).defined());
+  keel::CompositeOnly composite;
+  EXPECT_FALSE(keel::fused_cpu_gelu(x).defined());
+}
+
+// The GELU MLP on the kernel against the MLP on the composite: output and both weights' gradients.
+TEST(FusedGelu, TheMlpLayerMatchesItsComposite) {
+  torch::manual_seed(10);
+  keel::ModelConfig cfg;
+  cfg.d_model = 32;
+  cfg.mlp = keel::MlpKind::gelu;
+  keel::Mlp mlp(cfg);
+  for (auto& p : mlp->parameters()) torch::nn::init::normal_(p, 0.0, 0.3);
+  auto x = torch::randn({2, 5, 32});
+  auto run = [&](bool composite) {
+    std::unique_ptr<keel::CompositeOnly> guard;
+    if (composite) guard = std::make_unique<keel::CompositeOnly>();
+    mlp->zero_grad();
+    keel::OpCounter counter;
+    auto y = mlp->forward(x);
+    y.pow(2).sum().backward();
+    EXPECT_EQ(counter.counts().by_name.count("keel::gelu_backward"), composite ? 0u : 1u);
+    return std::make_tuple(y.detach(), mlp->w_up.grad().clone(), mlp->w_down.grad().clone());
+  };
+  auto [y1, gu1, gd1] = run(false);
+  auto [y2, gu2, gd2] = run(true);
+  expect_close(y1, y2.to(torch::kFloat64), 1e-5, "gelu output");
+  expect_close(gu1, gu2.to(torch::kFloat64), 1e-5, "gelu w_up grad");
+  expect_close(gd1, gd2.to(torch::kFloat64), 1e-5, "gelu w_down grad");
 }
 
 }  // namespace
