@@ -9,7 +9,7 @@
 
 #include <memory>
 #include <string>
-#include <tuple>
+#include <vector>
 
 #include "model/fused_ops.h"
 #include "model/transformer.h"
@@ -62,33 +62,41 @@ TEST(FusedGlu, TakesStridedInputsAndDeclinesWhatItDoesNotServe) {
   EXPECT_FALSE(keel::fused_cpu_glu(g, u, true).defined());
 }
 
-// The MLP on the kernel against the MLP on the composite (CompositeOnly):
-// output and every weight's gradient.
+// The MLP of this kind on its kernel against the MLP on the composite
+// (CompositeOnly): the kernel's backward runs once, or not at all, and the
+// output and every parameter's gradient agree. Rounding differs (one pass
+// against several): errors relative to the largest value.
+void expect_mlp_matches_its_composite(keel::MlpKind kind, const std::string& kernel_backward,
+                                      const std::string& what) {
+  torch::manual_seed(9);
+  keel::ModelConfig cfg;
+  cfg.d_model = 32;
+  cfg.mlp = kind;
+  keel::Mlp mlp(cfg);
+  for (auto& p : mlp->parameters()) torch::nn::init::normal_(p, 0.0, 0.3);
+  auto x = torch::randn({2, 5, 32});
+  auto run = [&](bool composite) {
+    std::unique_ptr<keel::CompositeOnly> guard;
+    if (composite) guard = std::make_unique<keel::CompositeOnly>();
+    mlp->zero_grad();
+    keel::OpCounter counter;
+    auto y = mlp->forward(x);
+    y.pow(2).sum().backward();
+    EXPECT_EQ(counter.counts().by_name.count(kernel_backward), composite ? 0u : 1u) << what;
+    std::vector<torch::Tensor> out{y.detach()};
+    for (const auto& p : mlp->parameters()) out.push_back(p.grad().clone());
+    return out;
+  };
+  const auto fused = run(false), composite = run(true);
+  ASSERT_EQ(fused.size(), composite.size());
+  for (size_t i = 0; i < fused.size(); ++i)
+    expect_close(fused[i], composite[i].to(torch::kFloat64), 1e-5,
+                 what + (i == 0 ? " output" : " gradient of parameter " + std::to_string(i - 1)));
+}
+
 TEST(FusedGlu, TheMlpLayerMatchesItsComposite) {
-  for (auto kind : {keel::MlpKind::swiglu, keel::MlpKind::geglu_tanh}) {
-    torch::manual_seed(9);
-    keel::ModelConfig cfg;
-    cfg.d_model = 32;
-    cfg.mlp = kind;
-    keel::Mlp mlp(cfg);
-    for (auto& p : mlp->parameters()) torch::nn::init::normal_(p, 0.0, 0.3);
-    auto x = torch::randn({2, 5, 32});
-    auto run = [&](bool composite) {
-      std::unique_ptr<keel::CompositeOnly> guard;
-      if (composite) guard = std::make_unique<keel::CompositeOnly>();
-      mlp->zero_grad();
-      auto y = mlp->forward(x);
-      y.pow(2).sum().backward();
-      return std::make_tuple(y.detach(), mlp->w_gate.grad().clone(), mlp->w_up.grad().clone());
-    };
-    auto [y1, gg1, gu1] = run(false);
-    auto [y2, gg2, gu2] = run(true);
-    // Rounding differs (one pass against three): errors relative to the largest value.
-    const std::string what = kind == keel::MlpKind::swiglu ? "swiglu" : "geglu_tanh";
-    expect_close(y1, y2.to(torch::kFloat64), 1e-5, what + " output");
-    expect_close(gg1, gg2.to(torch::kFloat64), 1e-5, what + " w_gate grad");
-    expect_close(gu1, gu2.to(torch::kFloat64), 1e-5, what + " w_up grad");
-  }
+  expect_mlp_matches_its_composite(keel::MlpKind::swiglu, "keel::glu_backward", "swiglu");
+  expect_mlp_matches_its_composite(keel::MlpKind::geglu_tanh, "keel::glu_backward", "geglu_tanh");
 }
 
 // x spans the saturated tails (|x| up to ~40) and the bend near 0, as fp32 values in float64.
@@ -140,30 +148,8 @@ TEST(FusedGelu, TakesStridedInputsAndDeclinesWhatItDoesNotServe) {
   EXPECT_FALSE(keel::fused_cpu_gelu(x).defined());
 }
 
-// The GELU MLP on the kernel against the MLP on the composite: output and both weights' gradients.
 TEST(FusedGelu, TheMlpLayerMatchesItsComposite) {
-  torch::manual_seed(10);
-  keel::ModelConfig cfg;
-  cfg.d_model = 32;
-  cfg.mlp = keel::MlpKind::gelu;
-  keel::Mlp mlp(cfg);
-  for (auto& p : mlp->parameters()) torch::nn::init::normal_(p, 0.0, 0.3);
-  auto x = torch::randn({2, 5, 32});
-  auto run = [&](bool composite) {
-    std::unique_ptr<keel::CompositeOnly> guard;
-    if (composite) guard = std::make_unique<keel::CompositeOnly>();
-    mlp->zero_grad();
-    keel::OpCounter counter;
-    auto y = mlp->forward(x);
-    y.pow(2).sum().backward();
-    EXPECT_EQ(counter.counts().by_name.count("keel::gelu_backward"), composite ? 0u : 1u);
-    return std::make_tuple(y.detach(), mlp->w_up.grad().clone(), mlp->w_down.grad().clone());
-  };
-  auto [y1, gu1, gd1] = run(false);
-  auto [y2, gu2, gd2] = run(true);
-  expect_close(y1, y2.to(torch::kFloat64), 1e-5, "gelu output");
-  expect_close(gu1, gu2.to(torch::kFloat64), 1e-5, "gelu w_up grad");
-  expect_close(gd1, gd2.to(torch::kFloat64), 1e-5, "gelu w_down grad");
+  expect_mlp_matches_its_composite(keel::MlpKind::gelu, "keel::gelu_backward", "gelu");
 }
 
 }  // namespace
