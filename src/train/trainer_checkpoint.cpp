@@ -145,16 +145,24 @@ void Trainer::restore_checkpoint(const std::string& dir, bool branch, const std:
 }
 
 namespace {
-// The lines of a JSON-lines log whose "step" is at most `step` (lines
-// without a readable step are kept), or with `after` the others.
-std::string lines_up_to_step(const std::string& path, int64_t step, bool after = false) {
+// The lines of a JSON-lines log whose "step" is at most `step` (records
+// without a readable step are kept), or with `after` the others. A line that
+// is not JSON is a record cut short by a kill during its append (a write
+// that crosses a page boundary can stop part-way under SIGKILL): it belongs
+// to neither side and is dropped, and *torn counts it, so the resumed run
+// appends after whole lines only.
+std::string lines_up_to_step(const std::string& path, int64_t step, bool after = false, int64_t* torn = nullptr) {
   std::string kept, line;
   std::istringstream in(read_small_file(path, 1ull << 30));
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    const bool later = !rec.is_discarded() && rec.is_object() && rec.contains("step") &&
-                       rec["step"].is_number_integer() && json_int<int64_t>(rec["step"]) > step;
+    if (rec.is_discarded()) {
+      if (torn) ++*torn;
+      continue;
+    }
+    const bool later = rec.is_object() && rec.contains("step") && rec["step"].is_number_integer() &&
+                       json_int<int64_t>(rec["step"]) > step;
     if (later == after) kept += line + "\n";
   }
   return kept;
@@ -198,11 +206,19 @@ void Trainer::branch_off(const std::string& resumed_dir, int64_t step, const std
 // redo; drop them so every log has each step once.
 void Trainer::truncate_logs_after(int64_t step) {
   if (!run_->writer()) return;
-  const std::string metrics = run_->file("metrics.jsonl");
-  if (path_exists(metrics)) run_->reopen_metrics(lines_up_to_step(metrics, step));  // TensorBoard files too
-  for (const char* name : {"spikes.jsonl", "nonfinite.jsonl"}) {
+  for (const char* name : {"metrics.jsonl", "spikes.jsonl", "nonfinite.jsonl"}) {
     const std::string path = run_->file(name);
-    if (path_exists(path)) write_file_atomic(path, lines_up_to_step(path, step));
+    if (!path_exists(path)) continue;
+    int64_t torn = 0;
+    const std::string kept = lines_up_to_step(path, step, /*after=*/false, &torn);
+    if (torn > 0)
+      run_->log->warn(strf("%s: dropped %lld line(s) that are not JSON, a record cut short when the run was "
+                           "killed while appending it",
+                           path.c_str(), static_cast<long long>(torn)));
+    if (std::string(name) == "metrics.jsonl")
+      run_->reopen_metrics(kept);  // TensorBoard files too
+    else
+      write_file_atomic(path, kept);
   }
 }
 

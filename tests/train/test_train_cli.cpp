@@ -317,6 +317,26 @@ TEST_F(TrainCli, KillDuringSaveLeavesPreviousCheckpoint) {
   for (size_t i = 0; i < m.size(); ++i) EXPECT_EQ(m[i].loss, ref[i].loss) << "step " << m[i].step;
 }
 
+// A kill while a record is being appended can leave its line cut short (a
+// write crossing a page stops part-way under SIGKILL). Resuming drops that
+// line, with a warning naming the file, so the logs hold whole records only
+// and each step once.
+TEST_F(TrainCli, ResumeDropsARecordCutShortByAKill) {
+  std::string out;
+  ASSERT_EQ(run_keel(args("torn", "--stop-after-step 4"), &out), 0) << out;
+  const std::string torn = "{\"step\":5,\"loss\":3.25,\"lr\":0.00";  // no closing brace, no newline
+  std::ofstream(run_path("torn") + "/metrics.jsonl", std::ios::app) << torn;
+  std::ofstream(run_path("torn") + "/spikes.jsonl", std::ios::app) << "{\"step\":2,\"event\":\"spike\"}\n" << torn;
+  ASSERT_EQ(run_keel(args("torn", "--resume auto"), &out), 0) << out;
+  EXPECT_NE(out.find("metrics.jsonl: dropped 1 line(s) that are not JSON"), std::string::npos) << out;
+  EXPECT_NE(out.find("spikes.jsonl: dropped 1 line(s) that are not JSON"), std::string::npos) << out;
+  std::vector<int64_t> steps;
+  for (const auto& m : read_metrics(run_path("torn"))) steps.push_back(m.step);  // throws on a line that is not JSON
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(keel_test::read_file(run_path("torn") + "/spikes.jsonl"), "{\"step\":2,\"event\":\"spike\"}\n")
+      << "the whole record up to the checkpoint stays";
+}
+
 TEST_F(TrainCli, CorruptCheckpointFallsBackToPrevious) {
   std::string out;
   ASSERT_EQ(run_keel(args("corrupt", "--stop-after-step 8"), &out), 0) << out;
