@@ -172,21 +172,20 @@ struct GeluFn : public torch::autograd::Function<GeluFn> {
   }
 };
 
-// KEEL_CPU_FUSED_GELU=0 turns this kernel alone off.
-bool gelu_kernel_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("KEEL_CPU_FUSED_GELU");
-    return !(env && std::string(env) == "0");
-  }();
+// Whether the environment variable `name` is 0, which turns one kernel alone
+// off (to measure what it buys): KEEL_CPU_FUSED_GLU, KEEL_CPU_FUSED_GELU.
+bool switched_off(const char* name) {
+  const char* env = std::getenv(name);
+  return env && std::string(env) == "0";
+}
+
+bool glu_kernel_enabled() {
+  static const bool on = !switched_off("KEEL_CPU_FUSED_GLU");
   return on;
 }
 
-// KEEL_CPU_FUSED_GLU=0 turns this kernel alone off (to measure what it buys).
-bool glu_kernel_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("KEEL_CPU_FUSED_GLU");
-    return !(env && std::string(env) == "0");
-  }();
+bool gelu_kernel_enabled() {
+  static const bool on = !switched_off("KEEL_CPU_FUSED_GELU");
   return on;
 }
 

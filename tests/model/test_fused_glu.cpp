@@ -23,15 +23,19 @@ void expect_close(const torch::Tensor& got, const torch::Tensor& want, double to
   EXPECT_LE(err, tol * std::max(1.0, want.abs().max().item<double>())) << what << ": max |error| " << err;
 }
 
+// x spans the saturated tails (|x| up to ~40) and the bend near 0, as fp32 values in float64.
+torch::Tensor activation_inputs(int64_t rows, int64_t cols) {
+  return torch::cat({torch::linspace(-40, 40, 2000), torch::randn({rows * cols - 2000}) * 3})
+      .view({rows, cols})
+      .to(torch::kFloat32)
+      .to(torch::kFloat64);
+}
+
 TEST(FusedGlu, MatchesTheFloat64CompositeForwardAndBackward) {
   torch::manual_seed(3);
   for (bool silu : {true, false}) {
     const std::string what = silu ? "swiglu" : "geglu_tanh";
-    // g spans the saturated tails (|g| up to ~40) and the bend near 0.
-    auto g64 = torch::cat({torch::linspace(-40, 40, 2000), torch::randn({3 * 1000 - 2000}) * 3})
-                   .view({3, 1000})
-                   .to(torch::kFloat32)
-                   .to(torch::kFloat64);
+    auto g64 = activation_inputs(3, 1000);
     auto u64 = torch::randn({3, 1000}, torch::kFloat64).to(torch::kFloat32).to(torch::kFloat64);
     auto dh = torch::randn({3, 1000}, torch::kFloat64).to(torch::kFloat32).to(torch::kFloat64);
     auto gr = g64.clone().requires_grad_(true), ur = u64.clone().requires_grad_(true);
@@ -97,14 +101,6 @@ void expect_mlp_matches_its_composite(keel::MlpKind kind, const std::string& ker
 TEST(FusedGlu, TheMlpLayerMatchesItsComposite) {
   expect_mlp_matches_its_composite(keel::MlpKind::swiglu, "keel::glu_backward", "swiglu");
   expect_mlp_matches_its_composite(keel::MlpKind::geglu_tanh, "keel::glu_backward", "geglu_tanh");
-}
-
-// x spans the saturated tails (|x| up to ~40) and the bend near 0, as fp32 values in float64.
-torch::Tensor activation_inputs(int64_t rows, int64_t cols) {
-  return torch::cat({torch::linspace(-40, 40, 2000), torch::randn({rows * cols - 2000}) * 3})
-      .view({rows, cols})
-      .to(torch::kFloat32)
-      .to(torch::kFloat64);
 }
 
 TEST(FusedGelu, MatchesTheFloat64CompositeForwardAndBackward) {

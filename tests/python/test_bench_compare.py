@@ -1,9 +1,9 @@
 """scripts/bench/bench_compare.sh against keel's and the PyTorch reference's
 real records: one round of keel and eager on bench-cpu-tiny with ATen held
 to AVX2. The summary must give both sides' ratios (of the medians and round
-by round) and kernel ISAs, and the
-script must print the variable and give inductor a cache of its own (an
-avx2 torch.compile run died in kernels cached under AVX-512)."""
+by round) and kernel ISAs, and the script must print the variable and give
+inductor a cache of its own (an avx2 torch.compile run died in kernels
+cached under AVX-512)."""
 import json
 import os
 import subprocess
