@@ -33,6 +33,7 @@ set(KEEL_TENSOR_SOURCES
   src/model/param_scalings.cpp
   src/model/rope.cpp
   src/model/sigma_reparam.cpp
+  src/model/simd_dispatch.cpp
   src/model/transformer.cpp
   src/monitor/param_stats.cpp
   src/monitor/stability.cpp

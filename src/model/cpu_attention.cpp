@@ -14,7 +14,7 @@
 
 #include "model/cpu_parallel.h"
 #include "model/fast_exp.h"
-#include "model/simd_clones.h"
+#include "model/simd_dispatch.h"
 #include "model/fused_xent.h"
 
 // The Fortran BLAS sgemm that LibTorch's CPU build carries (MKL on x86,
@@ -103,7 +103,8 @@ void nn_gemm(bool onednn, int64_t M, int64_t N, int64_t K, const float* A, int64
 // scores, s[cnt, kb) the future. Overwrites s with e^(s - new max) (0 for the
 // future), updates the row's running max and sum, and returns the factor
 // e^(old max - new max) its accumulated output must be scaled by.
-KEEL_SIMD_CLONES float softmax_step(float* __restrict s, int64_t cnt, int64_t kb, float* row_max, float* row_sum) {
+KEEL_SIMD_KERNEL(float, softmax_step, (float* __restrict s, int64_t cnt, int64_t kb, float* row_max, float* row_sum),
+                 (s, cnt, kb, row_max, row_sum)) {
   float m[kAttnLanes];
   std::fill(m, m + kAttnLanes, -INFINITY);
   int64_t j = 0;
@@ -135,17 +136,18 @@ KEEL_SIMD_CLONES float softmax_step(float* __restrict s, int64_t cnt, int64_t kb
 }
 
 // Backward, one row: p = e^(s - lse) over the visible scores, 0 for the future.
-KEEL_SIMD_CLONES void probabilities(float* __restrict s, int64_t cnt, int64_t kb, float lse) {
+KEEL_SIMD_KERNEL(void, probabilities, (float* __restrict s, int64_t cnt, int64_t kb, float lse), (s, cnt, kb, lse)) {
   for (int64_t j = 0; j < cnt; ++j) s[j] = exp_poly(s[j] - lse);
   for (int64_t j = cnt; j < kb; ++j) s[j] = 0.0f;
 }
 
 // Backward, one row: dS = P * (dP - delta), written over dP.
-KEEL_SIMD_CLONES void softmax_grad(const float* __restrict p, float* __restrict dp, int64_t kb, float delta) {
+KEEL_SIMD_KERNEL(void, softmax_grad, (const float* __restrict p, float* __restrict dp, int64_t kb, float delta),
+                 (p, dp, kb, delta)) {
   for (int64_t j = 0; j < kb; ++j) dp[j] = p[j] * (dp[j] - delta);
 }
 
-KEEL_SIMD_CLONES float attn_dot(const float* __restrict a, const float* __restrict b, int64_t n) {
+KEEL_SIMD_KERNEL(float, attn_dot, (const float* __restrict a, const float* __restrict b, int64_t n), (a, b, n)) {
   float acc[kAttnLanes] = {};
   int64_t j = 0;
   for (; j + kAttnLanes <= n; j += kAttnLanes)

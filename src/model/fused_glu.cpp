@@ -13,7 +13,7 @@
 
 #include "model/cpu_parallel.h"
 #include "model/fast_exp.h"
-#include "model/simd_clones.h"
+#include "model/simd_dispatch.h"
 #include "model/fused_ops.h"
 #include "model/fused_xent.h"
 
@@ -59,13 +59,16 @@ inline void backward_row(const float* __restrict g, const float* __restrict u, c
   }
 }
 
-KEEL_SIMD_CLONES void glu_forward_row(const float* __restrict g, const float* __restrict u, float* __restrict h,
-                                      int64_t n, bool silu) {
+KEEL_SIMD_KERNEL(void, glu_forward_row,
+                 (const float* __restrict g, const float* __restrict u, float* __restrict h, int64_t n, bool silu),
+                 (g, u, h, n, silu)) {
   silu ? forward_row<true>(g, u, h, n) : forward_row<false>(g, u, h, n);
 }
 
-KEEL_SIMD_CLONES void glu_backward_row(const float* __restrict g, const float* __restrict u, const float* __restrict dh,
-                                       float* __restrict dg, float* __restrict du, int64_t n, bool silu) {
+KEEL_SIMD_KERNEL(void, glu_backward_row,
+                 (const float* __restrict g, const float* __restrict u, const float* __restrict dh,
+                  float* __restrict dg, float* __restrict du, int64_t n, bool silu),
+                 (g, u, dh, dg, du, n, silu)) {
   silu ? backward_row<true>(g, u, dh, dg, du, n) : backward_row<false>(g, u, dh, dg, du, n);
 }
 
@@ -126,14 +129,15 @@ inline float normal_cdf(float x, float* gauss) {
 }
 
 // GELU(x) = x Φ(x); its derivative Φ(x) + x φ(x), φ(x) = e^(-x^2/2) / sqrt(2 pi).
-KEEL_SIMD_CLONES void gelu_forward_row(const float* __restrict x, float* __restrict y, int64_t n) {
+KEEL_SIMD_KERNEL(void, gelu_forward_row, (const float* __restrict x, float* __restrict y, int64_t n), (x, y, n)) {
   for (int64_t j = 0; j < n; ++j) {
     float e;
     y[j] = x[j] * normal_cdf(x[j], &e);
   }
 }
-KEEL_SIMD_CLONES void gelu_backward_row(const float* __restrict x, const float* __restrict dy, float* __restrict dx,
-                                        int64_t n) {
+KEEL_SIMD_KERNEL(void, gelu_backward_row,
+                 (const float* __restrict x, const float* __restrict dy, float* __restrict dx, int64_t n),
+                 (x, dy, dx, n)) {
   constexpr float kInvSqrt2Pi = 0.39894228040143268f;
   for (int64_t j = 0; j < n; ++j) {
     float e;

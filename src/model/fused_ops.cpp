@@ -13,6 +13,7 @@
 
 #include "model/activation_checkpoint.h"
 #include "model/cpu_parallel.h"
+#include "model/simd_dispatch.h"
 #include "util/host.h"
 
 namespace keel {
@@ -48,7 +49,7 @@ bool cpu_float_or_double(const torch::Tensor& t) {
 // Eight independent partial sums: the compiler vectorises them, and the
 // result does not depend on how rows are split over threads.
 template <typename T>
-inline T dot(const T* __restrict a, const T* __restrict b, int64_t n) {
+[[gnu::always_inline]] inline T dot(const T* __restrict a, const T* __restrict b, int64_t n) {
   T acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t j = 0;
   for (; j + 8 <= n; j += 8)
@@ -87,35 +88,87 @@ torch::Tensor rows_readable(const torch::Tensor& x) { return x.stride(-1) == 1 ?
 
 // ---------------------------------------------------------------- row norm
 
+// One row of length n: y = x r (times the gain w where there is one);
+// returns r, rsqrt(mean(x^2) + eps) or 1 / max(||x||, eps).
+template <typename T>
+[[gnu::always_inline]] inline T norm_forward_row(const T* __restrict xi, const T* __restrict wi, T* __restrict yi,
+                                                 int64_t n, T eps, bool l2) {
+  const T ss = dot(xi, xi, n);
+  const T ri = l2 ? T(1) / std::max(std::sqrt(ss), eps) : T(1) / std::sqrt(ss / static_cast<T>(n) + eps);
+  if (wi) {
+    for (int64_t j = 0; j < n; ++j) yi[j] = (xi[j] * ri) * wi[j];
+  } else {
+    for (int64_t j = 0; j < n; ++j) yi[j] = xi[j] * ri;
+  }
+  return ri;
+}
+// float rows run on keel's AVX-512 / AVX2 copies (simd_dispatch.h); double
+// (tests' reference precision) on the base ISA.
+KEEL_SIMD_KERNEL(float, norm_forward_row_f32,
+                 (const float* __restrict xi, const float* __restrict wi, float* __restrict yi, int64_t n, float eps,
+                  bool l2),
+                 (xi, wi, yi, n, eps, l2)) {
+  return norm_forward_row<float>(xi, wi, yi, n, eps, l2);
+}
+inline float norm_row(const float* xi, const float* wi, float* yi, int64_t n, float eps, bool l2) {
+  return norm_forward_row_f32(xi, wi, yi, n, eps, l2);
+}
+inline double norm_row(const double* xi, const double* wi, double* yi, int64_t n, double eps, bool l2) {
+  return norm_forward_row<double>(xi, wi, yi, n, eps, l2);
+}
+
 // Rows of length n; the gain (if any) has `period` rows and row i uses gain
-// row i % period. r[i] is the row's scale: rsqrt(mean(x^2) + eps) or
-// 1 / max(||x||, eps).
+// row i % period. r[i] is the row's scale.
 template <typename T>
 void row_norm_forward(const T* x, const RowOffsets& x_rows, const T* w, T* y, T* r, int64_t rows, int64_t n,
                       int64_t period, double eps, bool l2) {
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
   keel::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const T* __restrict xi = x + x_rows(i);
-      T* __restrict yi = y + i * n;
-      const T ss = dot(xi, xi, n);
-      const T ri = l2 ? T(1) / std::max(std::sqrt(ss), static_cast<T>(eps))
-                      : T(1) / std::sqrt(ss / static_cast<T>(n) + static_cast<T>(eps));
-      r[i] = ri;
-      if (w) {
-        const T* __restrict wi = w + (i % period) * n;
-        for (int64_t j = 0; j < n; ++j) yi[j] = (xi[j] * ri) * wi[j];
-      } else {
-        for (int64_t j = 0; j < n; ++j) yi[j] = xi[j] * ri;
-      }
-    }
+    for (int64_t i = begin; i < end; ++i)
+      r[i] = norm_row(x + x_rows(i), w ? w + (i % period) * n : nullptr, y + i * n, n, static_cast<T>(eps), l2);
   });
 }
 
-// dx = r * (g - xhat * c), g = dy * w, xhat = x * r, and c = mean(g * xhat)
-// (rms) or sum(g * xhat) (l2, where the norm exceeds eps; below it the scale
-// is the constant 1/eps and dx = r * g). dw = sum over rows of dy * xhat, in
-// a fixed number of row blocks summed in order (deterministic).
+// One row of the backward: dx = r * (g - xhat * c), g = dy * w, xhat = x * r,
+// and c = mean(g * xhat) (rms) or sum(g * xhat) (l2, where the norm exceeds
+// eps; below it the scale is the constant 1/eps and dx = r * g); pw += dy *
+// xhat where there is a gain. g and xhat: scratch rows of n.
+template <typename T>
+[[gnu::always_inline]] inline void norm_backward_row(const T* __restrict xi, const T* __restrict wi, T ri,
+                                                     const T* __restrict dyi, T* __restrict dxi, T* __restrict pw,
+                                                     T* __restrict g, T* __restrict xhat, int64_t n, T eps, bool l2) {
+  for (int64_t j = 0; j < n; ++j) xhat[j] = xi[j] * ri;
+  if (wi) {
+    for (int64_t j = 0; j < n; ++j) {
+      g[j] = dyi[j] * wi[j];
+      pw[j] += dyi[j] * xhat[j];
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) g[j] = dyi[j];
+  }
+  T c = dot(g, xhat, n);
+  if (!l2) c /= static_cast<T>(n);
+  else if (std::sqrt(dot(xi, xi, n)) < eps) c = 0;  // norm below eps: constant scale
+  for (int64_t j = 0; j < n; ++j) dxi[j] = ri * (g[j] - xhat[j] * c);
+}
+KEEL_SIMD_KERNEL(void, norm_backward_row_f32,
+                 (const float* __restrict xi, const float* __restrict wi, float ri, const float* __restrict dyi,
+                  float* __restrict dxi, float* __restrict pw, float* __restrict g, float* __restrict xhat, int64_t n,
+                  float eps, bool l2),
+                 (xi, wi, ri, dyi, dxi, pw, g, xhat, n, eps, l2)) {
+  norm_backward_row<float>(xi, wi, ri, dyi, dxi, pw, g, xhat, n, eps, l2);
+}
+inline void norm_row_grad(const float* xi, const float* wi, float ri, const float* dyi, float* dxi, float* pw, float* g,
+                          float* xhat, int64_t n, float eps, bool l2) {
+  norm_backward_row_f32(xi, wi, ri, dyi, dxi, pw, g, xhat, n, eps, l2);
+}
+inline void norm_row_grad(const double* xi, const double* wi, double ri, const double* dyi, double* dxi, double* pw,
+                          double* g, double* xhat, int64_t n, double eps, bool l2) {
+  norm_backward_row<double>(xi, wi, ri, dyi, dxi, pw, g, xhat, n, eps, l2);
+}
+
+// dw = sum over rows of dy * xhat, in a fixed number of row blocks summed in
+// order (deterministic).
 template <typename T>
 void row_norm_backward(const T* x, const RowOffsets& x_rows, const T* w, const T* r, const T* dy, T* dx, T* dw,
                        int64_t rows, int64_t n, int64_t period, double eps, bool l2) {
@@ -125,30 +178,12 @@ void row_norm_backward(const T* x, const RowOffsets& x_rows, const T* w, const T
   std::vector<T> partial(w ? static_cast<size_t>(blocks * W) : 0, T(0));
   keel::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     std::vector<T> g(static_cast<size_t>(n)), xhat(static_cast<size_t>(n));
-    for (int64_t b = b0; b < b1; ++b) {
-      T* __restrict pw = w ? partial.data() + b * W : nullptr;
+    for (int64_t b = b0; b < b1; ++b)
       for (int64_t i = b * per_block; i < std::min(rows, (b + 1) * per_block); ++i) {
-        const T* __restrict xi = x + x_rows(i);
-        const T* __restrict dyi = dy + i * n;
-        T* __restrict dxi = dx + i * n;
-        const T ri = r[i];
         const int64_t p = (i % period) * n;
-        for (int64_t j = 0; j < n; ++j) xhat[j] = xi[j] * ri;
-        if (w) {
-          const T* __restrict wi = w + p;
-          for (int64_t j = 0; j < n; ++j) {
-            g[j] = dyi[j] * wi[j];
-            pw[p + j] += dyi[j] * xhat[j];
-          }
-        } else {
-          for (int64_t j = 0; j < n; ++j) g[j] = dyi[j];
-        }
-        T c = dot(g.data(), xhat.data(), n);
-        if (!l2) c /= static_cast<T>(n);
-        else if (std::sqrt(dot(xi, xi, n)) < static_cast<T>(eps)) c = 0;  // norm below eps: constant scale
-        for (int64_t j = 0; j < n; ++j) dxi[j] = ri * (g[j] - xhat[j] * c);
+        norm_row_grad(x + x_rows(i), w ? w + p : nullptr, r[i], dy + i * n, dx + i * n,
+                      w ? partial.data() + b * W + p : nullptr, g.data(), xhat.data(), n, static_cast<T>(eps), l2);
       }
-    }
   });
   if (w) {
     std::fill(dw, dw + W, T(0));

@@ -18,7 +18,7 @@
 
 #include "model/cpu_parallel.h"
 #include "model/fast_exp.h"
-#include "model/simd_clones.h"
+#include "model/simd_dispatch.h"
 
 namespace keel {
 
@@ -28,9 +28,11 @@ constexpr int kLanes = 16;  // independent partial results: vectorised, and the 
 
 // One row: x [padded] logits (before the softcap) in, the gradient out when
 // `grad` (scaled by inv_n, the padded tail zeroed), lse and the target's logit.
-// Compiled for AVX-512, AVX2 and the base ISA; the loader picks one.
-KEEL_SIMD_CLONES void xent_row(float* __restrict x, int64_t vocab, int64_t padded, int64_t target, float cap,
-                               float inv_n, float z_coef, bool grad, float* lse_out, float* target_out) {
+// Compiled for AVX-512, AVX2 with FMA and the base ISA (simd_dispatch.h).
+KEEL_SIMD_KERNEL(void, xent_row,
+                 (float* __restrict x, int64_t vocab, int64_t padded, int64_t target, float cap, float inv_n,
+                  float z_coef, bool grad, float* lse_out, float* target_out),
+                 (x, vocab, padded, target, cap, inv_n, z_coef, grad, lse_out, target_out)) {
   // Pass 1: softcap (x becomes tanh(x / cap); the logit is cap * x) and the max.
   float m[kLanes];
   std::fill(m, m + kLanes, -INFINITY);

@@ -24,7 +24,7 @@
 #include "model/fused_ops.h"
 #include "model/fused_xent.h"
 #include "model/model_size.h"
-#include "model/simd_clones.h"
+#include "model/simd_dispatch.h"
 #include "model/parametrization.h"
 #include "monitor/param_stats.h"
 #include "train/device.h"
@@ -176,7 +176,7 @@ nlohmann::json op_profile(const OpCounts& c, double step_ms) {
   std::vector<std::pair<std::string, std::pair<double, int64_t>>> ops(by_op.begin(), by_op.end());
   std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
   nlohmann::json top = nlohmann::json::array();
-  for (size_t i = 0; i < std::min<size_t>(12, ops.size()); ++i)
+  for (size_t i = 0; i < ops.size(); ++i)  // every operator: a step has a few dozen distinct ones
     top.push_back({{"op", ops[i].first}, {"family", op_family(ops[i].first)}, {"ms", ops[i].second.first},
                    {"calls", ops[i].second.second}});
   const double in_ops = in_kernels + in_composites;
@@ -303,7 +303,7 @@ nlohmann::json Bench::run() {
                     static_cast<long long>(geometry_.n_micro), geometry_.n_micro > 1 ? "s" : "", static_cast<long long>(geometry_.micro_batch),
                     opt_.random_data ? ", random tokens" : "")
             << "  machine " << cpu_model() << " [" << cpu_isa() << "], " << std::thread::hardware_concurrency()
-            << " cores; kernels: ATen " << at::get_cpu_capability() << ", keel " << KEEL_SIMD_CEILING
+            << " cores; kernels: ATen " << at::get_cpu_capability() << ", keel " << simd_level_name(simd_level())
             << ", oneDNN " << onednn_isa_ceiling() << "\n"
             << std::flush;
 
@@ -400,7 +400,8 @@ nlohmann::json Bench::run() {
         {"cores", std::thread::hardware_concurrency()},
         // What the kernels may use, which ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA
         // and the build can lower below what the CPU has.
-        {"kernel_isa", {{"aten", at::get_cpu_capability()}, {"keel", KEEL_SIMD_CEILING}, {"onednn", onednn_isa_ceiling()}}}}},
+        {"kernel_isa",
+         {{"aten", at::get_cpu_capability()}, {"keel", simd_level_name(simd_level())}, {"onednn", onednn_isa_ceiling()}}}}},
       {"precision", compute_.bf16_autocast ? "bf16 autocast" : "fp32"},
       {"cuda_graph", parts_.runner->graph_mode()},
       {"threads", compute_.threads},

@@ -14,6 +14,7 @@
 #include "model/fused_ops.h"
 #include "model/fused_xent.h"
 #include "train/op_counter.h"
+#include "simd_levels.h"
 #include "test_model_reference.h"
 
 using keel::HeadLossOptions;
@@ -189,36 +190,40 @@ TEST(ChunkedLoss, CpuSoftmaxKernelEqualsTheComposite) {
   h[3] *= 40;  // a row whose logits reach the hundreds: a peaked softmax, tanh near saturation under the cap
   auto t = torch::randint(0, V, {N}, torch::kInt64);
   t[5] = V - 1;  // a target in the scalar tail
-  for (std::optional<torch::Dtype> compute : {std::optional<torch::Dtype>(), std::optional<torch::Dtype>(torch::kBFloat16)})
-    for (std::optional<double> cap : {std::optional<double>(), std::optional<double>(30.0)})
-      for (double z : {0.0, 1e-2}) {
-        HeadLossOptions o;
-        o.chunk_tokens = 32;  // three chunks, the last of 6 rows
-        o.vocab_size = V;
-        o.final_softcap = cap;
-        o.z_loss_coef = z;
-        o.compute_dtype = compute;
-        SCOPED_TRACE(std::string(compute ? "bf16" : "fp32") + (cap ? " softcap" : "") + (z > 0 ? " z-loss" : ""));
-        int64_t calls = 0, composite_calls = 0;
-        Result fused = chunked_counting(h, w, t, o, &calls);
-        Result ref;
-        {
-          keel::CompositeOnly composite;
-          ref = chunked_counting(h, w, t, o, &composite_calls);
+  keel_test::for_each_simd_level([&] {
+    for (std::optional<torch::Dtype> compute :
+         {std::optional<torch::Dtype>(), std::optional<torch::Dtype>(torch::kBFloat16)})
+      for (std::optional<double> cap : {std::optional<double>(), std::optional<double>(30.0)})
+        for (double z : {0.0, 1e-2}) {
+          HeadLossOptions o;
+          o.chunk_tokens = 32;  // three chunks, the last of 6 rows
+          o.vocab_size = V;
+          o.final_softcap = cap;
+          o.z_loss_coef = z;
+          o.compute_dtype = compute;
+          SCOPED_TRACE(std::string(compute ? "bf16" : "fp32") + (cap ? " softcap" : "") + (z > 0 ? " z-loss" : ""));
+          int64_t calls = 0, composite_calls = 0;
+          Result fused = chunked_counting(h, w, t, o, &calls);
+          Result ref;
+          {
+            keel::CompositeOnly composite;
+            ref = chunked_counting(h, w, t, o, &composite_calls);
+          }
+          EXPECT_EQ(calls, 3);
+          EXPECT_EQ(composite_calls, 0);
+          EXPECT_NEAR(fused.loss.ce.item<double>(), ref.loss.ce.item<double>(), 2e-6 * ref.loss.ce.item<double>());
+          EXPECT_NEAR(fused.loss.total.item<double>(), ref.loss.total.item<double>(),
+                      2e-6 * ref.loss.total.item<double>());
+          if (z > 0)
+            EXPECT_NEAR(fused.loss.z.item<double>(), ref.loss.z.item<double>(), 2e-6 * ref.loss.z.item<double>());
+          // bf16: both sides round the same fp32 gradient to bf16 before the
+          // GEMMs, so a last-bit difference there can move one element by a bf16 ulp.
+          const double tol = compute ? 1e-2 : 1e-5;
+          EXPECT_LT(max_rel(fused.d_hidden, ref.d_hidden), tol);
+          EXPECT_LT(max_rel(fused.d_head, ref.d_head), tol);
+          EXPECT_EQ(fused.d_head.narrow(0, V, padded - V).abs().max().item<double>(), 0.0);
         }
-        EXPECT_EQ(calls, 3);
-        EXPECT_EQ(composite_calls, 0);
-        EXPECT_NEAR(fused.loss.ce.item<double>(), ref.loss.ce.item<double>(), 2e-6 * ref.loss.ce.item<double>());
-        EXPECT_NEAR(fused.loss.total.item<double>(), ref.loss.total.item<double>(),
-                    2e-6 * ref.loss.total.item<double>());
-        if (z > 0) EXPECT_NEAR(fused.loss.z.item<double>(), ref.loss.z.item<double>(), 2e-6 * ref.loss.z.item<double>());
-        // bf16: both sides round the same fp32 gradient to bf16 before the
-        // GEMMs, so a last-bit difference there can move one element by a bf16 ulp.
-        const double tol = compute ? 1e-2 : 1e-5;
-        EXPECT_LT(max_rel(fused.d_hidden, ref.d_hidden), tol);
-        EXPECT_LT(max_rel(fused.d_head, ref.d_head), tol);
-        EXPECT_EQ(fused.d_head.narrow(0, V, padded - V).abs().max().item<double>(), 0.0);
-      }
+  });
 }
 
 // The kernel alone: declines what it does not handle (leaving the logits as

@@ -20,6 +20,7 @@
 #include "model/attention.h"
 #include "model/cpu_attention.h"
 #include "model/fused_ops.h"
+#include "simd_levels.h"
 
 namespace {
 
@@ -104,29 +105,32 @@ TEST_P(CpuAttentionGemms, MatchesTheFloat64CompositeForwardAndBackward) {
   torch::manual_seed(5);
   const int threads = at::get_num_threads();
   at::set_num_threads(4);
-  for (const Shape& s : {Shape{2, 4, 4, 100, 32}, Shape{2, 8, 2, 130, 64}, Shape{1, 2, 1, 700, 16},
-                         Shape{1, 6, 2, 150, 16}, Shape{1, 3, 3, 1, 24}, Shape{3, 6, 3, 64, 8},
-                         Shape{1, 4, 1, 1100, 20}, Shape{1, 4, 1, 1088, 20}, Shape{2, 8, 2, 192, 64}}) {
-    const auto what = name(s);
-    auto opts = torch::TensorOptions().dtype(torch::kFloat64);
-    // Rounded to fp32 first so both sides see the same inputs.
-    auto q = (torch::randn({s.B, s.H, s.T, s.D}, opts) * 2).to(torch::kFloat32).to(torch::kFloat64);
-    auto k = (torch::randn({s.B, s.Hkv, s.T, s.D}, opts) * 2).to(torch::kFloat32).to(torch::kFloat64);
-    auto v = torch::randn({s.B, s.Hkv, s.T, s.D}, opts).to(torch::kFloat32).to(torch::kFloat64);
-    auto dout = torch::randn({s.B, s.H, s.T, s.D}, opts).to(torch::kFloat32).to(torch::kFloat64);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
+  keel_test::for_each_simd_level([&] {
+    for (const Shape& s : {Shape{2, 4, 4, 100, 32}, Shape{2, 8, 2, 130, 64}, Shape{1, 2, 1, 700, 16},
+                           Shape{1, 6, 2, 150, 16}, Shape{1, 3, 3, 1, 24}, Shape{3, 6, 3, 64, 8},
+                           Shape{1, 4, 1, 1100, 20}, Shape{1, 4, 1, 1088, 20}, Shape{2, 8, 2, 192, 64}}) {
+      const auto what = name(s);
+      auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+      // Rounded to fp32 first so both sides see the same inputs.
+      auto q = (torch::randn({s.B, s.H, s.T, s.D}, opts) * 2).to(torch::kFloat32).to(torch::kFloat64);
+      auto k = (torch::randn({s.B, s.Hkv, s.T, s.D}, opts) * 2).to(torch::kFloat32).to(torch::kFloat64);
+      auto v = torch::randn({s.B, s.Hkv, s.T, s.D}, opts).to(torch::kFloat32).to(torch::kFloat64);
+      auto dout = torch::randn({s.B, s.H, s.T, s.D}, opts).to(torch::kFloat32).to(torch::kFloat64);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
 
-    auto qr = q.clone().requires_grad_(true), kr = k.clone().requires_grad_(true), vr = v.clone().requires_grad_(true);
-    auto want = reference(qr, kr, vr, scale);
-    (want * dout).sum().backward();
+      auto qr = q.clone().requires_grad_(true), kr = k.clone().requires_grad_(true);
+      auto vr = v.clone().requires_grad_(true);
+      auto want = reference(qr, kr, vr, scale);
+      (want * dout).sum().backward();
 
-    const Result got = run_kernel(q, k, v, dout, scale);
-    if (!got.out.defined()) continue;
-    expect_close(got.out, want.detach(), what + " out");
-    expect_close(got.dq, qr.grad(), what + " dq");
-    expect_close(got.dk, kr.grad(), what + " dk");
-    expect_close(got.dv, vr.grad(), what + " dv");
-  }
+      const Result got = run_kernel(q, k, v, dout, scale);
+      if (!got.out.defined()) continue;
+      expect_close(got.out, want.detach(), what + " out");
+      expect_close(got.dq, qr.grad(), what + " dq");
+      expect_close(got.dk, kr.grad(), what + " dk");
+      expect_close(got.dv, vr.grad(), what + " dv");
+    }
+  });
   at::set_num_threads(threads);
 }
 

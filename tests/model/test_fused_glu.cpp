@@ -13,6 +13,7 @@
 
 #include "model/fused_ops.h"
 #include "model/transformer.h"
+#include "simd_levels.h"
 #include "train/op_counter.h"
 
 namespace {
@@ -32,24 +33,26 @@ torch::Tensor activation_inputs(int64_t rows, int64_t cols) {
 }
 
 TEST(FusedGlu, MatchesTheFloat64CompositeForwardAndBackward) {
-  torch::manual_seed(3);
-  for (bool silu : {true, false}) {
-    const std::string what = silu ? "swiglu" : "geglu_tanh";
-    auto g64 = activation_inputs(3, 1000);
-    auto u64 = torch::randn({3, 1000}, torch::kFloat64).to(torch::kFloat32).to(torch::kFloat64);
-    auto dh = torch::randn({3, 1000}, torch::kFloat64).to(torch::kFloat32).to(torch::kFloat64);
-    auto gr = g64.clone().requires_grad_(true), ur = u64.clone().requires_grad_(true);
-    auto want = (silu ? torch::silu(gr) : torch::gelu(gr, "tanh")) * ur;
-    (want * dh).sum().backward();
+  keel_test::for_each_simd_level([&] {
+    torch::manual_seed(3);
+    for (bool silu : {true, false}) {
+      const std::string what = silu ? "swiglu" : "geglu_tanh";
+      auto g64 = activation_inputs(3, 1000);
+      auto u64 = torch::randn({3, 1000}, torch::kFloat64).to(torch::kFloat32).to(torch::kFloat64);
+      auto dh = torch::randn({3, 1000}, torch::kFloat64).to(torch::kFloat32).to(torch::kFloat64);
+      auto gr = g64.clone().requires_grad_(true), ur = u64.clone().requires_grad_(true);
+      auto want = (silu ? torch::silu(gr) : torch::gelu(gr, "tanh")) * ur;
+      (want * dh).sum().backward();
 
-    auto g = g64.to(torch::kFloat32).requires_grad_(true), u = u64.to(torch::kFloat32).requires_grad_(true);
-    auto got = keel::fused_cpu_glu(g, u, silu);
-    ASSERT_TRUE(got.defined()) << what;
-    (got * dh.to(torch::kFloat32)).sum().backward();
-    expect_close(got.detach(), want.detach(), 2e-6, what + " h");
-    expect_close(g.grad(), gr.grad(), 2e-6, what + " dg");
-    expect_close(u.grad(), ur.grad(), 2e-6, what + " du");
-  }
+      auto g = g64.to(torch::kFloat32).requires_grad_(true), u = u64.to(torch::kFloat32).requires_grad_(true);
+      auto got = keel::fused_cpu_glu(g, u, silu);
+      ASSERT_TRUE(got.defined()) << what;
+      (got * dh.to(torch::kFloat32)).sum().backward();
+      expect_close(got.detach(), want.detach(), 2e-6, what + " h");
+      expect_close(g.grad(), gr.grad(), 2e-6, what + " dg");
+      expect_close(u.grad(), ur.grad(), 2e-6, what + " du");
+    }
+  });
 }
 
 TEST(FusedGlu, TakesStridedInputsAndDeclinesWhatItDoesNotServe) {
@@ -104,31 +107,33 @@ TEST(FusedGlu, TheMlpLayerMatchesItsComposite) {
 }
 
 TEST(FusedGelu, MatchesTheFloat64CompositeForwardAndBackward) {
-  torch::manual_seed(5);
-  auto x64 = activation_inputs(3, 1000);
-  auto dy = torch::randn({3, 1000}, torch::kFloat64).to(torch::kFloat32).to(torch::kFloat64);
-  auto xr = x64.clone().requires_grad_(true);
-  auto want = torch::gelu(xr);  // exact erf GELU, in float64
-  (want * dy).sum().backward();
+  keel_test::for_each_simd_level([&] {
+    torch::manual_seed(5);
+    auto x64 = activation_inputs(3, 1000);
+    auto dy = torch::randn({3, 1000}, torch::kFloat64).to(torch::kFloat32).to(torch::kFloat64);
+    auto xr = x64.clone().requires_grad_(true);
+    auto want = torch::gelu(xr);  // exact erf GELU, in float64
+    (want * dy).sum().backward();
 
-  auto x = x64.to(torch::kFloat32).requires_grad_(true);
-  keel::OpCounter counter;
-  auto got = keel::fused_cpu_gelu(x);
-  ASSERT_TRUE(got.defined());
-  (got * dy.to(torch::kFloat32)).sum().backward();
-  const auto ops = counter.counts().by_name;
-  EXPECT_EQ(ops.count("keel::gelu"), 1u) << "the kernel, not ATen's gelu, ran";
-  EXPECT_EQ(ops.count("keel::gelu_backward"), 1u);
-  expect_close(got.detach(), want.detach(), 2e-6, "gelu");
-  expect_close(x.grad(), xr.grad(), 2e-6, "gelu dx");
-  // Near 0 and in the left tail, where errors relative to the largest value say nothing:
-  // Φ comes from erfc there, not 0.5 (1 + erf), so GELU(-6) ~ -6e-9 keeps the
-  // approximation's relative error (0.4%) instead of cancelling to 0.
-  auto small = torch::tensor({-6.0, -4.0, -3.0, -1.0, -1e-3, 0.0, 1e-3, 0.5, 3.0}, torch::kFloat64);
-  auto y = keel::fused_cpu_gelu(small.to(torch::kFloat32)).to(torch::kFloat64);
-  auto ref = torch::gelu(small);
-  EXPECT_TRUE(torch::allclose(y, ref, 5e-3, 1e-12)) << y << ref;
-  EXPECT_LT(y[0].item<double>(), 0.0) << "GELU(-6) is negative, not 0";
+    auto x = x64.to(torch::kFloat32).requires_grad_(true);
+    keel::OpCounter counter;
+    auto got = keel::fused_cpu_gelu(x);
+    ASSERT_TRUE(got.defined());
+    (got * dy.to(torch::kFloat32)).sum().backward();
+    const auto ops = counter.counts().by_name;
+    EXPECT_EQ(ops.count("keel::gelu"), 1u) << "the kernel, not ATen's gelu, ran";
+    EXPECT_EQ(ops.count("keel::gelu_backward"), 1u);
+    expect_close(got.detach(), want.detach(), 2e-6, "gelu");
+    expect_close(x.grad(), xr.grad(), 2e-6, "gelu dx");
+    // Near 0 and in the left tail, where errors relative to the largest value say nothing:
+    // Φ comes from erfc there, not 0.5 (1 + erf), so GELU(-6) ~ -6e-9 keeps the
+    // approximation's relative error (0.4%) instead of cancelling to 0.
+    auto small = torch::tensor({-6.0, -4.0, -3.0, -1.0, -1e-3, 0.0, 1e-3, 0.5, 3.0}, torch::kFloat64);
+    auto y = keel::fused_cpu_gelu(small.to(torch::kFloat32)).to(torch::kFloat64);
+    auto ref = torch::gelu(small);
+    EXPECT_TRUE(torch::allclose(y, ref, 5e-3, 1e-12)) << y << ref;
+    EXPECT_LT(y[0].item<double>(), 0.0) << "GELU(-6) is negative, not 0";
+  });
 }
 
 TEST(FusedGelu, TakesStridedInputsAndDeclinesWhatItDoesNotServe) {

@@ -11,6 +11,7 @@
 #include "model/fused_ops.h"
 #include "model/norm.h"
 #include "model/rope.h"
+#include "simd_levels.h"
 #include "util/host.h"
 
 namespace {
@@ -48,24 +49,26 @@ void expect_close(const torch::Tensor& a, const torch::Tensor& b, double tol, co
 }
 
 TEST(FusedOps, RowNormMatchesCompositeForEveryGainShape) {
-  torch::manual_seed(3);
-  for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
-    const double tol = dtype == torch::kFloat64 ? 1e-12 : 2e-5;
-    for (bool l2 : {false, true}) {
-      auto x = torch::randn({3, 5, 4, 24}, dtype) * 3;
-      auto dy = torch::randn_like(x);
-      for (const std::vector<int64_t>& wshape : std::vector<std::vector<int64_t>>{{}, {24}, {4, 24}}) {
-        torch::Tensor w = wshape.empty() ? torch::Tensor() : 1 + 0.3 * torch::randn(wshape, dtype);
-        const std::string what = std::string(l2 ? "l2" : "rms") + " gain dims " + std::to_string(wshape.size());
-        auto fused = run([&](auto& a, auto& b) { return fused_cpu_row_norm(a, b, 24, 1e-6, l2); }, x, w, dy);
-        auto ref = run([&](auto& a, auto& b) { return composite_norm(a, b, 24, 1e-6, l2); }, x, w, dy);
-        ASSERT_TRUE(fused.y.defined()) << what;
-        expect_close(fused.y, ref.y, tol, what + " value");
-        expect_close(fused.dx, ref.dx, 10 * tol, what + " dx");
-        if (w.defined()) expect_close(fused.dw, ref.dw, 10 * tol * x.numel() / w.numel(), what + " dw");
+  keel_test::for_each_simd_level([&] {
+    torch::manual_seed(3);
+    for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+      const double tol = dtype == torch::kFloat64 ? 1e-12 : 2e-5;
+      for (bool l2 : {false, true}) {
+        auto x = torch::randn({3, 5, 4, 24}, dtype) * 3;
+        auto dy = torch::randn_like(x);
+        for (const std::vector<int64_t>& wshape : std::vector<std::vector<int64_t>>{{}, {24}, {4, 24}}) {
+          torch::Tensor w = wshape.empty() ? torch::Tensor() : 1 + 0.3 * torch::randn(wshape, dtype);
+          const std::string what = std::string(l2 ? "l2" : "rms") + " gain dims " + std::to_string(wshape.size());
+          auto fused = run([&](auto& a, auto& b) { return fused_cpu_row_norm(a, b, 24, 1e-6, l2); }, x, w, dy);
+          auto ref = run([&](auto& a, auto& b) { return composite_norm(a, b, 24, 1e-6, l2); }, x, w, dy);
+          ASSERT_TRUE(fused.y.defined()) << what;
+          expect_close(fused.y, ref.y, tol, what + " value");
+          expect_close(fused.dx, ref.dx, 10 * tol, what + " dx");
+          if (w.defined()) expect_close(fused.dw, ref.dw, 10 * tol * x.numel() / w.numel(), what + " dw");
+        }
       }
     }
-  }
+  });
 }
 
 TEST(FusedOps, L2BelowEpsUsesTheConstantScale) {

@@ -16,7 +16,7 @@
 #include "checkpoint/safetensors.h"
 #include "config/config.h"
 #include "model/cpu_attention.h"
-#include "model/simd_clones.h"
+#include "model/simd_dispatch.h"
 #include "train/device.h"
 #include "model/init.h"
 #include "model/model_size.h"
@@ -119,14 +119,14 @@ TEST(Bench, JsonRecordIsCompleteAndConsistent) {
   EXPECT_TRUE(host["cpu_isa"].is_string());
   EXPECT_GE(host["cores"].get<int64_t>(), 1);
   EXPECT_NE(out.find("machine " + host["cpu_model"].get<std::string>()), std::string::npos) << out;
-  // ... and what its kernels were allowed to use (ATEN_CPU_CAPABILITY and the
-  // build can run an AVX-512 CPU as an AVX2 one).
+  // ... and what its kernels were allowed to use (ATEN_CPU_CAPABILITY and
+  // KEEL_CPU_CAPABILITY can run an AVX-512 CPU as an AVX2 one).
   const auto& kernel_isa = host["kernel_isa"];
   ASSERT_TRUE(kernel_isa.is_object()) << host.dump();
   EXPECT_EQ(kernel_isa["aten"], at::get_cpu_capability());
-  EXPECT_EQ(kernel_isa["keel"], KEEL_SIMD_CEILING);
-  EXPECT_NE(out.find("kernels: ATen " + at::get_cpu_capability() + ", keel " KEEL_SIMD_CEILING), std::string::npos)
-      << out;
+  const std::string keel_isa = keel::simd_level_name(keel::simd_level());  // this process reads the same environment
+  EXPECT_EQ(kernel_isa["keel"], keel_isa);
+  EXPECT_NE(out.find("kernels: ATen " + at::get_cpu_capability() + ", keel " + keel_isa), std::string::npos) << out;
   // Which attention kernel ran (keel's causal CPU kernel, or SDPA's choice
   // with the fused kernels off; the CPU has flash and math) and the
   // operators of one more step, counted.
