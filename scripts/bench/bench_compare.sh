@@ -33,7 +33,7 @@ rm -f "$out"/*.json
 echo "bench_compare: $config, $runs rounds of keel + ($modes), $steps steps after $warmup warm-up; load $(cut -d' ' -f1-3 /proc/loadavg)"
 # What lowers the kernels' instruction set below the CPU's, for both sides
 # (docs/speed.md, "AVX2 on an AVX-512 machine").
-for v in ATEN_CPU_CAPABILITY ONEDNN_MAX_CPU_ISA MKL_ENABLE_INSTRUCTIONS; do
+for v in ATEN_CPU_CAPABILITY ONEDNN_MAX_CPU_ISA MKL_ENABLE_INSTRUCTIONS KEEL_CPU_CAPABILITY; do
   [[ -n ${!v:-} ]] && echo "  $v=${!v}"
 done
 # Inductor's cache does not key its compiled kernels by ATEN_CPU_CAPABILITY:
