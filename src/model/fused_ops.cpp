@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "model/activation_checkpoint.h"
 #include "model/cpu_parallel.h"
@@ -110,12 +111,6 @@ KEEL_SIMD_KERNEL(float, norm_forward_row_f32,
                  (xi, wi, yi, n, eps, l2)) {
   return norm_forward_row<float>(xi, wi, yi, n, eps, l2);
 }
-inline float norm_row(const float* xi, const float* wi, float* yi, int64_t n, float eps, bool l2) {
-  return norm_forward_row_f32(xi, wi, yi, n, eps, l2);
-}
-inline double norm_row(const double* xi, const double* wi, double* yi, int64_t n, double eps, bool l2) {
-  return norm_forward_row<double>(xi, wi, yi, n, eps, l2);
-}
 
 // Rows of length n; the gain (if any) has `period` rows and row i uses gain
 // row i % period. r[i] is the row's scale.
@@ -124,8 +119,13 @@ void row_norm_forward(const T* x, const RowOffsets& x_rows, const T* w, T* y, T*
                       int64_t period, double eps, bool l2) {
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
   keel::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i)
-      r[i] = norm_row(x + x_rows(i), w ? w + (i % period) * n : nullptr, y + i * n, n, static_cast<T>(eps), l2);
+    for (int64_t i = begin; i < end; ++i) {
+      const T* wi = w ? w + (i % period) * n : nullptr;
+      if constexpr (std::is_same_v<T, float>)
+        r[i] = norm_forward_row_f32(x + x_rows(i), wi, y + i * n, n, static_cast<T>(eps), l2);
+      else
+        r[i] = norm_forward_row<T>(x + x_rows(i), wi, y + i * n, n, static_cast<T>(eps), l2);
+    }
   });
 }
 
@@ -158,14 +158,6 @@ KEEL_SIMD_KERNEL(void, norm_backward_row_f32,
                  (xi, wi, ri, dyi, dxi, pw, g, xhat, n, eps, l2)) {
   norm_backward_row<float>(xi, wi, ri, dyi, dxi, pw, g, xhat, n, eps, l2);
 }
-inline void norm_row_grad(const float* xi, const float* wi, float ri, const float* dyi, float* dxi, float* pw, float* g,
-                          float* xhat, int64_t n, float eps, bool l2) {
-  norm_backward_row_f32(xi, wi, ri, dyi, dxi, pw, g, xhat, n, eps, l2);
-}
-inline void norm_row_grad(const double* xi, const double* wi, double ri, const double* dyi, double* dxi, double* pw,
-                          double* g, double* xhat, int64_t n, double eps, bool l2) {
-  norm_backward_row<double>(xi, wi, ri, dyi, dxi, pw, g, xhat, n, eps, l2);
-}
 
 // dw = sum over rows of dy * xhat, in a fixed number of row blocks summed in
 // order (deterministic).
@@ -181,8 +173,14 @@ void row_norm_backward(const T* x, const RowOffsets& x_rows, const T* w, const T
     for (int64_t b = b0; b < b1; ++b)
       for (int64_t i = b * per_block; i < std::min(rows, (b + 1) * per_block); ++i) {
         const int64_t p = (i % period) * n;
-        norm_row_grad(x + x_rows(i), w ? w + p : nullptr, r[i], dy + i * n, dx + i * n,
-                      w ? partial.data() + b * W + p : nullptr, g.data(), xhat.data(), n, static_cast<T>(eps), l2);
+        const T* wi = w ? w + p : nullptr;
+        T* pw = w ? partial.data() + b * W + p : nullptr;
+        if constexpr (std::is_same_v<T, float>)
+          norm_backward_row_f32(x + x_rows(i), wi, r[i], dy + i * n, dx + i * n, pw, g.data(), xhat.data(), n,
+                                static_cast<T>(eps), l2);
+        else
+          norm_backward_row<T>(x + x_rows(i), wi, r[i], dy + i * n, dx + i * n, pw, g.data(), xhat.data(), n,
+                               static_cast<T>(eps), l2);
       }
   });
   if (w) {

@@ -1,5 +1,5 @@
 // Which copy of keel's CPU loops runs (src/model/simd_dispatch.h): the AVX2
-// copy has FMA (target_clones' "avx2" copy had none), the base copy does not,
+// copy has FMA (target_clones' "avx2" copy has none), the base copy does not,
 // a level is never set above what the CPU supports, and KEEL_CPU_CAPABILITY
 // caps it.
 #include <gtest/gtest.h>
