@@ -226,7 +226,8 @@ std::string AttentionImpl::kernel_name(int64_t batch, int64_t seq_len, torch::De
                                                    /*enable_gqa=*/n_kv_heads_ != n_heads_)) + " with a document mask";
   }
   if (cpu_causal_attention_applies(device, dtype))
-    return "keel causal (CPU, " + cpu_causal_attention_gemm(seq_len) + ")";
+    return "keel causal (CPU, " + cpu_causal_attention_gemm(seq_len) +
+           (cpu_causal_attention_saved_probs(seq_len) > 0 ? ", probabilities kept" : "") + ")";
   return sdpa_backend_name(at::_fused_sdp_choice(q, kv, kv, c10::nullopt, 0.0, /*is_causal=*/true, scale_,
                                                  /*enable_gqa=*/n_kv_heads_ != n_heads_));
 }

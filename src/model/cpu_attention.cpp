@@ -37,6 +37,7 @@ constexpr int kAttnLanes = 16;       // independent partial results, so the row 
 
 std::atomic<bool> g_allowed{true};  // allow_cpu_causal_attention
 std::atomic<CpuAttentionGemm> g_gemm{CpuAttentionGemm::kAuto};  // set_cpu_attention_gemm
+std::atomic<CpuAttentionProbs> g_probs{CpuAttentionProbs::kAuto};  // set_cpu_attention_probs
 
 #ifdef CPUBLAS_BRGEMM_F32F32F32
 constexpr bool kHasBrgemm = true;  // this LibTorch exports ATen's fp32 cpublas::brgemm
@@ -77,6 +78,39 @@ bool use_brgemm(int64_t T) {
     case CpuAttentionGemm::kAuto: break;
   }
   return T % kQueryBlock == 0;
+}
+
+// The probabilities policy asked for: set_cpu_attention_probs, else
+// KEEL_CPU_ATTENTION_PROBS=save|recompute.
+CpuAttentionProbs requested_attention_probs() {
+  static const CpuAttentionProbs env = [] {
+    const char* e = std::getenv("KEEL_CPU_ATTENTION_PROBS");
+    if (e && std::strcmp(e, "save") == 0) return CpuAttentionProbs::kSave;
+    if (e && std::strcmp(e, "recompute") == 0) return CpuAttentionProbs::kRecompute;
+    return CpuAttentionProbs::kAuto;
+  }();
+  return g_probs.load() != CpuAttentionProbs::kAuto ? g_probs.load() : env;
+}
+
+// Whether the forward keeps its probabilities for the backward at T tokens.
+// Only where one key block holds every key (T <= kKeyBlock): the forward's
+// scores then end as e^(s - row max) of the final max, and one multiplication
+// by 1 / row sum makes them the probabilities. Above that the earlier key
+// blocks' values were taken against an older max, and the memory grows as T^2.
+bool save_probabilities(int64_t T) {
+  return T <= kKeyBlock && requested_attention_probs() != CpuAttentionProbs::kRecompute;
+}
+
+// Floats of one head's saved probabilities before query block `block`: the
+// blocks of a (batch, K/V head) pair lie one after another, each
+// [heads * rows, keys] with keys = its first row + rows (what it may see).
+int64_t probs_before(int64_t block, int64_t T) {
+  int64_t total = 0;
+  for (int64_t j = 0; j < block; ++j) {
+    const int64_t m = j * kQueryBlock, rows = std::min(kQueryBlock, T - m);
+    total += rows * (m + rows);
+  }
+  return total;
 }
 
 // Row-major C [M, N] = A [M, K] B [K, N] (+ C where accumulate), with row
@@ -158,6 +192,17 @@ KEEL_SIMD_KERNEL(float, attn_dot, (const float* __restrict a, const float* __res
   return s;
 }
 
+// dst = src * s over n floats.
+KEEL_SIMD_KERNEL(void, scale_row, (const float* __restrict src, int64_t n, float s, float* __restrict dst),
+                 (src, n, s, dst)) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = src[j] * s;
+}
+
+// x *= s over n floats.
+KEEL_SIMD_KERNEL(void, scale_in_place, (float* __restrict x, int64_t n, float s), (x, n, s)) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= s;
+}
+
 // KEEL_CPU_ATTENTION=sdpa keeps PyTorch's kernel (to measure what this one buys).
 bool attention_kernel_enabled() {
   static const bool on = [] {
@@ -231,13 +276,18 @@ void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float*
 // operand of the products with K^T and V^T.
 torch::Tensor keys_transposed(const torch::Tensor& t) { return t.transpose(2, 3).contiguous(); }
 
+// Writes out, lse and (where save_probabilities(T)) probs: per (batch, K/V
+// head) pair, every query block's probabilities as probs_before lays them out.
 void attention_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, float scale,
-                       torch::Tensor& out, torch::Tensor& lse) {
+                       torch::Tensor& out, torch::Tensor& lse, torch::Tensor& probs) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1), group = H / Hkv;
   const int64_t q_blocks = (T + kQueryBlock - 1) / kQueryBlock;
   const bool onednn = use_brgemm(T);
   out = torch::empty({B, T, H, D}, q.options());  // shape: [B, T, H, D], returned as [B, H, T, D]
   lse = torch::empty({B, H, T}, q.options());
+  const int64_t pair_probs = group * probs_before(q_blocks, T);
+  probs = save_probabilities(T) ? torch::empty({B * Hkv * pair_probs}, q.options()) : torch::Tensor();
+  float* pp = probs.defined() ? probs.data_ptr<float>() : nullptr;
   const auto kt = keys_transposed(k);  // shape: [B, Hkv, D, T]
   const AttnStrides qs(q), vs(v);
   const float *qp = q.data_ptr<float>(), *ktp = kt.data_ptr<float>(), *vp = v.data_ptr<float>();
@@ -255,23 +305,28 @@ void attention_forward(const torch::Tensor& q, const torch::Tensor& k, const tor
       const float* vh = vp + b * vs.b + kvh * vs.h;
       std::fill(row_max.begin(), row_max.end(), -INFINITY);
       std::fill(row_sum.begin(), row_sum.end(), 0.0f);
+      // Saving (one key block: keys <= kKeyBlock), the scores are computed in
+      // the saved block itself and normalised there before P V, so keeping
+      // them costs no extra pass; the output then needs no division.
+      float* saved = pp ? pp + (b * Hkv + kvh) * pair_probs + group * probs_before(m / kQueryBlock, T) : nullptr;
       for (int64_t n = 0; n < keys; n += kKeyBlock) {  // causal: keys [0, m + rows)
         const int64_t kb = std::min(kKeyBlock, keys - n);
+        float* s = saved ? saved : scores.data();
         // S = (scale Q) K^T; acc = acc * correction + P V
-        nn_gemm(onednn, n_rows, kb, D, qg.data(), D, kth + n, T, scores.data(), kb, false);
+        nn_gemm(onednn, n_rows, kb, D, qg.data(), D, kth + n, T, s, kb, false);
         for (int64_t i = 0; i < n_rows; ++i) {
           const int64_t visible = std::clamp<int64_t>(m + i % rows - n + 1, 0, kb);
-          const float c = softmax_step(scores.data() + i * kb, visible, kb, &row_max[i], &row_sum[i]);
+          const float c = softmax_step(s + i * kb, visible, kb, &row_max[i], &row_sum[i]);
+          if (saved) scale_in_place(s + i * kb, visible, 1.0f / row_sum[i]);
           if (n > 0)
             for (int64_t d = 0; d < D; ++d) acc[i * D + d] *= c;
         }
-        nn_gemm(onednn, n_rows, D, kb, scores.data(), kb, vh + n * vs.t, vs.t, acc.data(), D, n > 0);
+        nn_gemm(onednn, n_rows, D, kb, s, kb, vh + n * vs.t, vs.t, acc.data(), D, n > 0);
       }
       for (int64_t i = 0; i < n_rows; ++i) {
         const int64_t h = kvh * group + i / rows, t = m + i % rows;
-        const float inv = 1.0f / row_sum[i];
         float* o = op + (b * T + t) * H * D + h * D;
-        for (int64_t d = 0; d < D; ++d) o[d] = acc[i * D + d] * inv;
+        scale_row(acc.data() + i * D, D, saved ? 1.0f : 1.0f / row_sum[i], o);
         lp[(b * H + h) * T + t] = row_max[i] + std::log(row_sum[i]);
       }
     }
@@ -285,9 +340,12 @@ void attention_forward(const torch::Tensor& q, const torch::Tensor& k, const tor
 // operand), and are transposed back once at its end. Where there are fewer
 // (batch, K/V head) pairs than threads, a group is split over several tasks,
 // each with its own K/V gradient buffer, summed in task order afterwards.
+// With the forward's probs (defined where it saved them) the backward reads
+// P instead of recomputing it: one GEMM of five and the exponentials fewer.
 void attention_backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& dout, float scale,
-                        torch::Tensor& dq, torch::Tensor& dk, torch::Tensor& dv) {
+                        const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& probs,
+                        const torch::Tensor& dout, float scale, torch::Tensor& dq, torch::Tensor& dk,
+                        torch::Tensor& dv) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1), group = H / Hkv;
   int64_t splits = 1;  // tasks per group: the smallest divisor of the group that gives every thread one
   while (B * Hkv * splits < at::get_num_threads() && splits < group) {
@@ -304,6 +362,8 @@ void attention_backward(const torch::Tensor& q, const torch::Tensor& k, const to
   const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *ktp = kt.data_ptr<float>();
   const float *vtp = vt.data_ptr<float>(), *op = out.data_ptr<float>(), *gp = dout.data_ptr<float>();
   const float* lp = lse.data_ptr<float>();
+  const float* pp = probs.defined() ? probs.data_ptr<float>() : nullptr;  // one key block: T <= kKeyBlock
+  const int64_t pair_probs = group * probs_before((T + kQueryBlock - 1) / kQueryBlock, T);
   float *dqp = dq.data_ptr<float>(), *dkp = dk_parts.data_ptr<float>(), *dvp = dv_parts.data_ptr<float>();
   const int64_t kv_row = Hkv * D, part = B * T * kv_row;  // row stride and size of one K/V gradient part
   keel::parallel_for(0, B * Hkv * splits, 1, [&](int64_t begin, int64_t end) {
@@ -329,15 +389,20 @@ void attention_backward(const torch::Tensor& q, const torch::Tensor& k, const to
           delta[i] = attn_dot(gg.data() + i * D, op + b * os.b + (h0 + i / rows) * os.h + (m + i % rows) * os.t, D);
         for (int64_t n = 0; n < keys; n += kKeyBlock) {
           const int64_t kb = std::min(kKeyBlock, keys - n);
-          nn_gemm(onednn, n_rows, kb, D, qg.data(), D, kth + n, T, p.data(), kb, false);  // S = (scale Q) K^T
-          for (int64_t i = 0; i < n_rows; ++i)
-            probabilities(p.data() + i * kb, std::clamp<int64_t>(m + i % rows - n + 1, 0, kb), kb,
-                          lp[(b * H + h0 + i / rows) * T + m + i % rows]);
+          const float* P = p.data();
+          if (pp) {  // this head's rows of the block the forward saved
+            P = pp + (b * Hkv + kvh) * pair_probs + group * probs_before(m / kQueryBlock, T) + split * n_rows * kb;
+          } else {
+            nn_gemm(onednn, n_rows, kb, D, qg.data(), D, kth + n, T, p.data(), kb, false);  // S = (scale Q) K^T
+            for (int64_t i = 0; i < n_rows; ++i)
+              probabilities(p.data() + i * kb, std::clamp<int64_t>(m + i % rows - n + 1, 0, kb), kb,
+                            lp[(b * H + h0 + i / rows) * T + m + i % rows]);
+          }
           // With dS = P (dP - delta): dV^T += dO^T P; dP = dO V^T; dQ / scale += dS K;
           // dK^T += (scale Q)^T dS
-          nn_gemm(onednn, D, kb, n_rows, gt.data(), n_rows, p.data(), kb, dvt.data() + n, T, true);
+          nn_gemm(onednn, D, kb, n_rows, gt.data(), n_rows, P, kb, dvt.data() + n, T, true);
           nn_gemm(onednn, n_rows, kb, D, gg.data(), D, vth + n, T, dp.data(), kb, false);
-          for (int64_t i = 0; i < n_rows; ++i) softmax_grad(p.data() + i * kb, dp.data() + i * kb, kb, delta[i]);
+          for (int64_t i = 0; i < n_rows; ++i) softmax_grad(P + i * kb, dp.data() + i * kb, kb, delta[i]);
           nn_gemm(onednn, n_rows, D, kb, dp.data(), kb, kh + n * ks.t, ks.t, dqg.data(), D, n > 0);
           nn_gemm(onednn, D, kb, n_rows, qt.data(), n_rows, dp.data(), kb, dkt.data() + n, T, true);
         }
@@ -370,10 +435,10 @@ struct CausalAttentionFn : public torch::autograd::Function<CausalAttentionFn> {
     RECORD_FUNCTION("keel::causal_attention", std::vector<c10::IValue>());  // for train/op_counter.h
     at::NoGradGuard no_grad;
     auto q = attn_dense_rows(q_in), k = attn_dense_rows(k_in), v = attn_dense_rows(v_in);
-    torch::Tensor out, lse;
-    attention_forward(q, k, v, static_cast<float>(scale), out, lse);
+    torch::Tensor out, lse, probs;
+    attention_forward(q, k, v, static_cast<float>(scale), out, lse, probs);
     auto y = out.transpose(1, 2);  // [B, H, T, D]
-    ctx->save_for_backward({q, k, v, y, lse});
+    ctx->save_for_backward({q, k, v, y, lse, probs});
     ctx->saved_data["scale"] = scale;
     return y;
   }
@@ -383,7 +448,7 @@ struct CausalAttentionFn : public torch::autograd::Function<CausalAttentionFn> {
     const auto saved = ctx->get_saved_variables();
     auto dout = attn_dense_rows(grads[0]);
     torch::Tensor dq, dk, dv;
-    attention_backward(saved[0], saved[1], saved[2], saved[3], saved[4], dout,
+    attention_backward(saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], dout,
                        static_cast<float>(ctx->saved_data["scale"].toDouble()), dq, dk, dv);
     return {dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2), torch::Tensor()};
   }
@@ -396,6 +461,12 @@ std::string cpu_causal_attention_gemm(int64_t T) { return use_brgemm(T) ? "brgem
 void allow_cpu_causal_attention(bool on) { g_allowed.store(on); }
 
 void set_cpu_attention_gemm(CpuAttentionGemm gemm) { g_gemm.store(gemm); }
+
+void set_cpu_attention_probs(CpuAttentionProbs probs) { g_probs.store(probs); }
+
+int64_t cpu_causal_attention_saved_probs(int64_t T) {
+  return save_probabilities(T) ? probs_before((T + kQueryBlock - 1) / kQueryBlock, T) : 0;
+}
 
 bool cpu_causal_attention_applies(torch::Device device, torch::ScalarType dtype) {
   return device.is_cpu() && dtype == torch::kFloat32 && fused_cpu_kernels_enabled() && attention_kernel_enabled();

@@ -10,7 +10,8 @@
 // with it (grouped-query attention: 4 x 64 rows against the keys, not four
 // GEMMs of 64). Same math as flash attention
 // (an online softmax over key blocks; the backward recomputes the
-// probabilities from the saved log-sum-exp); results equal SDPA's up to float
+// probabilities from the saved log-sum-exp, except at T <= 512, where it
+// keeps them: set_cpu_attention_probs); results equal SDPA's up to float
 // rounding. The backward's tasks and the order its K/V gradients are summed
 // in depend only on the shapes and the thread count, so a run repeats bit for
 // bit at a given thread count (across thread counts a GEMM may be rounded
@@ -53,5 +54,20 @@ void allow_cpu_causal_attention(bool on);
 // for every T, as KEEL_CPU_ATTENTION_GEMM=onednn|blas does. Tests run both.
 enum class CpuAttentionGemm { kAuto, kOneDnn, kBlas };
 void set_cpu_attention_gemm(CpuAttentionGemm gemm);
+
+// Whether the forward keeps its attention probabilities for the backward,
+// which then reads them instead of recomputing them (one GEMM of the
+// backward's five, and its exponentials). kAuto (the default) and kSave keep
+// them where one key block holds every key (T <= 512): H x ~T^2 / 2 floats
+// per sequence and layer, about 9 KiB a token a layer at H 8, T 512; longer
+// sequences always recompute. kRecompute never keeps them (flash attention's
+// memory), as KEEL_CPU_ATTENTION_PROBS=recompute does; kSave is
+// KEEL_CPU_ATTENTION_PROBS=save.
+enum class CpuAttentionProbs { kAuto, kSave, kRecompute };
+void set_cpu_attention_probs(CpuAttentionProbs probs);
+
+// Floats of probabilities a call with T tokens keeps per sequence and query
+// head (keel plan counts them); 0 where it recomputes them.
+int64_t cpu_causal_attention_saved_probs(int64_t T);
 
 }  // namespace keel

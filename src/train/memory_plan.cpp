@@ -33,6 +33,7 @@ struct BlockBytes {
 struct CpuKernels {
   bool glu = false;        // fused_cpu_glu keeps gate and up, not act(gate)
   bool attention = false;  // cpu_causal_attention writes its output laid out for the output projection
+  double probs = 0;        // and keeps this many probabilities per token and query head (T <= 512)
 };
 
 BlockBytes block_bytes_per_token(const ModelConfig& m, double r, double b, CpuKernels cpu) {
@@ -47,7 +48,8 @@ BlockBytes block_bytes_per_token(const ModelConfig& m, double r, double b, CpuKe
   // QK-Norm and RoPE, heads first), the kernel's output, and its copy laid
   // out for the output projection.
   // out for the output projection (keel's CPU kernel writes it so: one copy).
-  const double attn = norm + b * (2 * (Q + 2 * KV) + (cpu.attention ? 0 : Q));
+  const double attn = norm + b * (2 * (Q + 2 * KV) + (cpu.attention ? 0 : Q)) +
+                      (cpu.attention ? 4 * static_cast<double>(m.n_heads) * cpu.probs : 0);
   // gelu: up and gelu(up); gated: gate, act(gate), up and their product
   // (the fused CPU kernel recomputes act(gate) in backward instead).
   const double mlp = norm + b * (gated ? (cpu.glu ? 3 : 4) * F : 2 * F);
@@ -134,6 +136,7 @@ MemoryPlan plan_memory(const Config& cfg, const MemoryPlanOptions& options) {
     cpu.attention = cpu_causal_attention_applies(torch::kCPU, torch::kFloat32) &&
                     t.attention_backend == AttentionBackend::automatic && !cfg.data.document_mask &&
                     !m.attn_softcap && !m.attn_logit_clamp && !t.qk_clip_tau && !m.clipped_softmax;
+    cpu.probs = static_cast<double>(cpu_causal_attention_saved_probs(plan.seq_len)) / T;
   }
   const BlockBytes block = block_bytes_per_token(m, r, b, cpu);
   double per_token = 0;
@@ -190,7 +193,7 @@ MemoryPlan plan_memory(const Config& cfg, const MemoryPlanOptions& options) {
   plan.assumptions = {
       "activations: the tensors keel's block keeps for backward, counted per token (docs/data-parallel.md, "
       "\"Memory\"); attention by a fused kernel (flash, cuDNN, memory-efficient), whose saved state grows with "
-      "T, not T^2",
+      "T, not T^2, except keel's CPU kernel at T <= 512, which keeps its probabilities (about T^2 / 2 a head)",
       "a micro-batch's peak: the fixed state + the head's gradient + batch x kept for backward + the larger of the "
       "logits chunk and batch x backward's working set",
   };

@@ -87,6 +87,15 @@ void expect_close(const torch::Tensor& got, const torch::Tensor& want, const std
   EXPECT_LE(err, 2e-5 * std::max(1.0, scale)) << what << ": max |error| " << err << " (max |value| " << scale << ")";
 }
 
+// Sets whether the forward keeps its probabilities for one scope.
+class AttentionProbs {
+ public:
+  explicit AttentionProbs(keel::CpuAttentionProbs probs) { keel::set_cpu_attention_probs(probs); }
+  ~AttentionProbs() { keel::set_cpu_attention_probs(keel::CpuAttentionProbs::kAuto); }
+  AttentionProbs(const AttentionProbs&) = delete;
+  AttentionProbs& operator=(const AttentionProbs&) = delete;
+};
+
 // Sets which GEMM the kernel's blocks run on for one scope.
 class AttentionGemm {
  public:
@@ -99,38 +108,44 @@ class CpuAttentionGemms : public ::testing::TestWithParam<keel::CpuAttentionGemm
 // At 4 threads: with fewer (batch, K/V head) pairs than threads the
 // backward splits a group over tasks (1 x 1 pairs: 2 tasks of 1 head; 1 x 2
 // pairs of 3 heads: 3 tasks each), otherwise one task per pair. Both GEMM
-// back ends (oneDNN's brgemm where LibTorch has it, and BLAS sgemm).
+// back ends (oneDNN's brgemm where LibTorch has it, and BLAS sgemm), and the
+// backward on the probabilities the forward kept (T <= 512) and recomputed.
 TEST_P(CpuAttentionGemms, MatchesTheFloat64CompositeForwardAndBackward) {
   const AttentionGemm gemm(GetParam());
   torch::manual_seed(5);
   const int threads = at::get_num_threads();
   at::set_num_threads(4);
-  keel_test::for_each_simd_level([&] {
-    for (const Shape& s : {Shape{2, 4, 4, 100, 32}, Shape{2, 8, 2, 130, 64}, Shape{1, 2, 1, 700, 16},
-                           Shape{1, 6, 2, 150, 16}, Shape{1, 3, 3, 1, 24}, Shape{3, 6, 3, 64, 8},
-                           Shape{1, 4, 1, 1100, 20}, Shape{1, 4, 1, 1088, 20}, Shape{2, 8, 2, 192, 64}}) {
-      const auto what = name(s);
-      auto opts = torch::TensorOptions().dtype(torch::kFloat64);
-      // Rounded to fp32 first so both sides see the same inputs.
-      auto q = (torch::randn({s.B, s.H, s.T, s.D}, opts) * 2).to(torch::kFloat32).to(torch::kFloat64);
-      auto k = (torch::randn({s.B, s.Hkv, s.T, s.D}, opts) * 2).to(torch::kFloat32).to(torch::kFloat64);
-      auto v = torch::randn({s.B, s.Hkv, s.T, s.D}, opts).to(torch::kFloat32).to(torch::kFloat64);
-      auto dout = torch::randn({s.B, s.H, s.T, s.D}, opts).to(torch::kFloat32).to(torch::kFloat64);
-      const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
+  for (const auto probs : {keel::CpuAttentionProbs::kSave, keel::CpuAttentionProbs::kRecompute}) {
+    const AttentionProbs keep(probs);
+    keel_test::for_each_simd_level([&] {
+      for (const Shape& s : {Shape{2, 4, 4, 100, 32}, Shape{2, 8, 2, 130, 64}, Shape{1, 2, 1, 700, 16},
+                             Shape{1, 6, 2, 150, 16}, Shape{1, 3, 3, 1, 24}, Shape{3, 6, 3, 64, 8},
+                             Shape{1, 4, 1, 1100, 20}, Shape{1, 4, 1, 1088, 20}, Shape{2, 8, 2, 192, 64}}) {
+        const bool kept = probs == keel::CpuAttentionProbs::kSave && s.T <= 512;
+        const auto what = name(s) + (kept ? ", probabilities kept" : ", recomputed");
+        EXPECT_EQ(keel::cpu_causal_attention_saved_probs(s.T) > 0, kept) << what;
+        auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+        // Rounded to fp32 first so both sides see the same inputs.
+        auto q = (torch::randn({s.B, s.H, s.T, s.D}, opts) * 2).to(torch::kFloat32).to(torch::kFloat64);
+        auto k = (torch::randn({s.B, s.Hkv, s.T, s.D}, opts) * 2).to(torch::kFloat32).to(torch::kFloat64);
+        auto v = torch::randn({s.B, s.Hkv, s.T, s.D}, opts).to(torch::kFloat32).to(torch::kFloat64);
+        auto dout = torch::randn({s.B, s.H, s.T, s.D}, opts).to(torch::kFloat32).to(torch::kFloat64);
+        const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
 
-      auto qr = q.clone().requires_grad_(true), kr = k.clone().requires_grad_(true);
-      auto vr = v.clone().requires_grad_(true);
-      auto want = reference(qr, kr, vr, scale);
-      (want * dout).sum().backward();
+        auto qr = q.clone().requires_grad_(true), kr = k.clone().requires_grad_(true);
+        auto vr = v.clone().requires_grad_(true);
+        auto want = reference(qr, kr, vr, scale);
+        (want * dout).sum().backward();
 
-      const Result got = run_kernel(q, k, v, dout, scale);
-      if (!got.out.defined()) continue;
-      expect_close(got.out, want.detach(), what + " out");
-      expect_close(got.dq, qr.grad(), what + " dq");
-      expect_close(got.dk, kr.grad(), what + " dk");
-      expect_close(got.dv, vr.grad(), what + " dv");
-    }
-  });
+        const Result got = run_kernel(q, k, v, dout, scale);
+        if (!got.out.defined()) continue;
+        expect_close(got.out, want.detach(), what + " out");
+        expect_close(got.dq, qr.grad(), what + " dq");
+        expect_close(got.dk, kr.grad(), what + " dk");
+        expect_close(got.dv, vr.grad(), what + " dv");
+      }
+    });
+  }
   at::set_num_threads(threads);
 }
 
@@ -195,6 +210,34 @@ TEST(CpuAttention, FirstQueryCopiesItsValueAndLargeScoresStayFinite) {
   expect_close(out, want, "large scores");
 }
 
+// The forward keeps its probabilities where one key block holds every key
+// (T <= 512): per query head, each 64-row query block's rows times the keys
+// it sees. The backward reads them: its results differ from recomputing in
+// the last bits, as the forward's normalised probabilities round differently
+// from exp(s - lse). KEEL_CPU_ATTENTION_PROBS=recompute keeps none.
+TEST(CpuAttention, KeepsTheProbabilitiesWhereOneKeyBlockHoldsEveryKey) {
+  if (std::getenv("KEEL_CPU_ATTENTION_PROBS") == nullptr)  // which overrides the default
+    EXPECT_GT(keel::cpu_causal_attention_saved_probs(512), 0) << "not kept by default";
+  const AttentionProbs save(keel::CpuAttentionProbs::kSave);
+  EXPECT_EQ(keel::cpu_causal_attention_saved_probs(64), 64 * 64);
+  EXPECT_EQ(keel::cpu_causal_attention_saved_probs(100), 64 * 64 + 36 * 100);
+  EXPECT_EQ(keel::cpu_causal_attention_saved_probs(512), 64 * 64 * (1 + 2 + 3 + 4 + 5 + 6 + 7 + 8));
+  EXPECT_EQ(keel::cpu_causal_attention_saved_probs(513), 0) << "more keys than one key block";
+  const auto [q, k, v, dout] = random_inputs(Shape{2, 4, 2, 200, 32}, 11);
+  Result kept, recomputed;
+  kept = run_kernel(q, k, v, dout, 0.2);
+  {
+    const AttentionProbs recompute(keel::CpuAttentionProbs::kRecompute);
+    EXPECT_EQ(keel::cpu_causal_attention_saved_probs(64), 0);
+    recomputed = run_kernel(q, k, v, dout, 0.2);
+  }
+  ASSERT_TRUE(kept.out.defined() && recomputed.out.defined());
+  expect_close(kept.dk, recomputed.dk.to(torch::kFloat64), "dk, kept against recomputed");
+  expect_close(kept.dv, recomputed.dv.to(torch::kFloat64), "dv, kept against recomputed");
+  EXPECT_FALSE(torch::equal(kept.dk, recomputed.dk) && torch::equal(kept.dv, recomputed.dv))
+      << "the same bits: is the backward reading the kept probabilities?";
+}
+
 // Run twice at one thread count, the results are equal bit for bit (what CPU
 // resume needs). Across thread counts BLAS may order a GEMM's sums
 // differently, as it may for every linear layer: there, close.
@@ -249,7 +292,8 @@ TEST(CpuAttention, TheAttentionLayerRunsItAndMatchesSdpa) {
   keel::Attention attn(cfg);
   for (auto& p : attn->parameters()) torch::nn::init::normal_(p, 0.0, 0.1);
   EXPECT_EQ(attn->kernel_name(2, 96, torch::kCPU, torch::kFloat32),
-            "keel causal (CPU, " + keel::cpu_causal_attention_gemm(96) + ")");
+            "keel causal (CPU, " + keel::cpu_causal_attention_gemm(96) +
+                (keel::cpu_causal_attention_saved_probs(96) > 0 ? ", probabilities kept)" : ")"));
   auto rope = keel::make_rope_tables(cfg.max_seq_len, cfg.head_dim(), cfg.rope_theta, torch::kCPU);
   auto x = torch::randn({2, 96, 64});
   auto run = [&](bool composite) {

@@ -133,8 +133,10 @@ TEST(Bench, JsonRecordIsCompleteAndConsistent) {
   const auto& attn = r["attention"];
   ASSERT_TRUE(attn.is_object()) << r.dump(2);
   if (keel::cpu_causal_attention_applies(torch::kCPU, torch::kFloat32)) {
-    const auto gemm = keel::cpu_causal_attention_gemm(r["batch"]["seq_len"].get<int64_t>());
-    EXPECT_EQ(attn["kernel"], "keel causal (CPU, " + gemm + ")") << attn.dump();
+    const int64_t T = r["batch"]["seq_len"].get<int64_t>();
+    const auto gemm = keel::cpu_causal_attention_gemm(T);
+    const std::string kept = keel::cpu_causal_attention_saved_probs(T) > 0 ? ", probabilities kept" : "";
+    EXPECT_EQ(attn["kernel"], "keel causal (CPU, " + gemm + kept + ")") << attn.dump();
   } else {
     EXPECT_TRUE(attn["kernel"] == "flash_attention" || attn["kernel"] == "math") << attn.dump();
   }
