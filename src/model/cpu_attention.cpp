@@ -243,15 +243,52 @@ struct AttnStrides {
   int64_t b, h, t;
 };
 
-// Rows [m, m + rows) of `heads` consecutive heads from h0, stacked into one
-// dense [heads * rows, D] matrix (head-major) and multiplied by `scale`, so
-// the heads that share a K/V head make one GEMM with it instead of one each.
-void gather_rows(const float* src, const AttnStrides& s, int64_t b, int64_t h0, int64_t heads, int64_t m, int64_t rows,
+// How a query block's rows are stacked for its GEMMs: `heads` query heads
+// that share a K/V head make one GEMM with it instead of one each, and the
+// block's rows are cut into `subs` sub-blocks of sub_rows consecutive
+// queries, sub-block first, then head (subs 1: head-major). Sub-block s sees
+// keys up to m + (s + 1) sub_rows, so the diagonal key block's GEMMs skip the
+// future of all but the last sub-block: of the diagonal's masked half, 1 /
+// subs is computed. Sub-blocks are cut only where each keeps 64 rows
+// (diagonal_subs), and only for a whole query block.
+struct BlockRows {
+  int64_t heads, rows, subs, sub_rows;
+  BlockRows(int64_t heads, int64_t rows, int64_t subs)
+      : heads(heads), rows(rows), subs(rows == kQueryBlock ? subs : 1), sub_rows(rows / this->subs) {}
+  int64_t size() const { return heads * rows; }
+  int64_t sub_size() const { return heads * sub_rows; }  // the rows of one sub-block, contiguous
+  int64_t head(int64_t i) const { return i / sub_rows % heads; }
+  int64_t row(int64_t i) const { return i / sub_size() * sub_rows + i % sub_rows; }  // in the query block
+  int64_t index(int64_t head, int64_t row) const {
+    return row / sub_rows * sub_size() + head * sub_rows + row % sub_rows;
+  }
+};
+
+// Sub-blocks of a query block of `group` heads: as many as keep 64 rows each
+// (at most 4, so 16 queries of each head).
+int64_t diagonal_subs(int64_t group) { return group >= 4 ? 4 : group >= 2 ? 2 : 1; }
+
+// Calls f(first stacked row, rows, keys) for the GEMMs of key block [n, n +
+// kb) of the query block at m: one over every row where each sub-block sees
+// the whole key block, else one per sub-block with the keys it may see.
+template <class F>
+void for_each_segment(const BlockRows& L, int64_t m, int64_t n, int64_t kb, F&& f) {
+  if (m + L.sub_rows - n >= kb) {
+    f(int64_t{0}, L.size(), kb);
+    return;
+  }
+  for (int64_t s = 0; s < L.subs; ++s) f(s * L.sub_size(), L.sub_size(), std::min(kb, m + (s + 1) * L.sub_rows - n));
+}
+
+// Rows [m, m + L.rows) of the L.heads consecutive heads from h0, stacked
+// into one dense [L.size(), D] matrix as L lays them out and multiplied by
+// `scale`.
+void gather_rows(const float* src, const AttnStrides& s, int64_t b, int64_t h0, const BlockRows& L, int64_t m,
                  int64_t D, float scale, float* dst) {
-  for (int64_t j = 0; j < heads; ++j)
-    for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t j = 0; j < L.heads; ++j)
+    for (int64_t r = 0; r < L.rows; ++r) {
       const float* from = src + b * s.b + (h0 + j) * s.h + (m + r) * s.t;
-      float* to = dst + (j * rows + r) * D;
+      float* to = dst + L.index(j, r) * D;
       if (scale == 1.0f)
         std::memcpy(to, from, D * sizeof(float));
       else
@@ -299,8 +336,9 @@ void attention_forward(const torch::Tensor& q, const torch::Tensor& k, const tor
     std::vector<float> row_max(stacked), row_sum(stacked);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / (Hkv * q_blocks), kvh = task / q_blocks % Hkv, m = task % q_blocks * kQueryBlock;
-      const int64_t rows = std::min(kQueryBlock, T - m), keys = m + rows, n_rows = group * rows;
-      gather_rows(qp, qs, b, kvh * group, group, m, rows, D, scale, qg.data());
+      const int64_t rows = std::min(kQueryBlock, T - m), keys = m + rows;
+      const BlockRows L(group, rows, diagonal_subs(group));
+      gather_rows(qp, qs, b, kvh * group, L, m, D, scale, qg.data());
       const float* kth = ktp + (b * Hkv + kvh) * D * T;
       const float* vh = vp + b * vs.b + kvh * vs.h;
       std::fill(row_max.begin(), row_max.end(), -INFINITY);
@@ -311,20 +349,22 @@ void attention_forward(const torch::Tensor& q, const torch::Tensor& k, const tor
       float* saved = pp ? pp + (b * Hkv + kvh) * pair_probs + group * probs_before(m / kQueryBlock, T) : nullptr;
       for (int64_t n = 0; n < keys; n += kKeyBlock) {  // causal: keys [0, m + rows)
         const int64_t kb = std::min(kKeyBlock, keys - n);
-        float* s = saved ? saved : scores.data();
-        // S = (scale Q) K^T; acc = acc * correction + P V
-        nn_gemm(onednn, n_rows, kb, D, qg.data(), D, kth + n, T, s, kb, false);
-        for (int64_t i = 0; i < n_rows; ++i) {
-          const int64_t visible = std::clamp<int64_t>(m + i % rows - n + 1, 0, kb);
-          const float c = softmax_step(s + i * kb, visible, kb, &row_max[i], &row_sum[i]);
-          if (saved) scale_in_place(s + i * kb, visible, 1.0f / row_sum[i]);
-          if (n > 0)
-            for (int64_t d = 0; d < D; ++d) acc[i * D + d] *= c;
-        }
-        nn_gemm(onednn, n_rows, D, kb, s, kb, vh + n * vs.t, vs.t, acc.data(), D, n > 0);
+        float* s = saved ? saved : scores.data();  // row stride kb
+        for_each_segment(L, m, n, kb, [&](int64_t i0, int64_t cnt, int64_t seen) {
+          // S = (scale Q) K^T; acc = acc * correction + P V
+          nn_gemm(onednn, cnt, seen, D, qg.data() + i0 * D, D, kth + n, T, s + i0 * kb, kb, false);
+          for (int64_t i = i0; i < i0 + cnt; ++i) {
+            const int64_t visible = std::clamp<int64_t>(m + L.row(i) - n + 1, 0, seen);
+            const float c = softmax_step(s + i * kb, visible, seen, &row_max[i], &row_sum[i]);
+            if (saved) scale_in_place(s + i * kb, visible, 1.0f / row_sum[i]);
+            if (n > 0)
+              for (int64_t d = 0; d < D; ++d) acc[i * D + d] *= c;
+          }
+          nn_gemm(onednn, cnt, D, seen, s + i0 * kb, kb, vh + n * vs.t, vs.t, acc.data() + i0 * D, D, n > 0);
+        });
       }
-      for (int64_t i = 0; i < n_rows; ++i) {
-        const int64_t h = kvh * group + i / rows, t = m + i % rows;
+      for (int64_t i = 0; i < L.size(); ++i) {
+        const int64_t h = kvh * group + L.head(i), t = m + L.row(i);
         float* o = op + (b * T + t) * H * D + h * D;
         scale_row(acc.data() + i * D, D, saved ? 1.0f : 1.0f / row_sum[i], o);
         lp[(b * H + h) * T + t] = row_max[i] + std::log(row_sum[i]);
@@ -380,34 +420,42 @@ void attention_backward(const torch::Tensor& q, const torch::Tensor& k, const to
       std::fill(dkt.data(), dkt.data() + D * T, 0.0f);
       std::fill(dvt.data(), dvt.data() + D * T, 0.0f);
       for (int64_t m = 0; m < T; m += kQueryBlock) {
-        const int64_t rows = std::min(kQueryBlock, T - m), keys = m + rows, n_rows = heads * rows;
-        gather_rows(qp, qs, b, h0, heads, m, rows, D, scale, qg.data());
-        gather_rows(gp, gs, b, h0, heads, m, rows, D, 1.0f, gg.data());
+        const int64_t rows = std::min(kQueryBlock, T - m), keys = m + rows;
+        const BlockRows L(heads, rows, diagonal_subs(group)), F(group, rows, diagonal_subs(group));  // F: the forward's
+        const int64_t n_rows = L.size();
+        gather_rows(qp, qs, b, h0, L, m, D, scale, qg.data());
+        gather_rows(gp, gs, b, h0, L, m, D, 1.0f, gg.data());
         transpose(qg.data(), D, n_rows, D, qt.data(), n_rows);
         transpose(gg.data(), D, n_rows, D, gt.data(), n_rows);
         for (int64_t i = 0; i < n_rows; ++i)  // delta = rowsum(dO * O), the softmax's backward term
-          delta[i] = attn_dot(gg.data() + i * D, op + b * os.b + (h0 + i / rows) * os.h + (m + i % rows) * os.t, D);
+          delta[i] = attn_dot(gg.data() + i * D, op + b * os.b + (h0 + L.head(i)) * os.h + (m + L.row(i)) * os.t, D);
+        // The block the forward saved holds all `group` heads: this task's rows of sub-block s start at row
+        // s * F.sub_size() + split * L.sub_size() there.
+        const float* saved = pp ? pp + (b * Hkv + kvh) * pair_probs + group * probs_before(m / kQueryBlock, T) : nullptr;
         for (int64_t n = 0; n < keys; n += kKeyBlock) {
           const int64_t kb = std::min(kKeyBlock, keys - n);
-          const float* P = p.data();
-          if (pp) {  // this head's rows of the block the forward saved
-            P = pp + (b * Hkv + kvh) * pair_probs + group * probs_before(m / kQueryBlock, T) + split * n_rows * kb;
-          } else {
-            nn_gemm(onednn, n_rows, kb, D, qg.data(), D, kth + n, T, p.data(), kb, false);  // S = (scale Q) K^T
-            for (int64_t i = 0; i < n_rows; ++i)
-              probabilities(p.data() + i * kb, std::clamp<int64_t>(m + i % rows - n + 1, 0, kb), kb,
-                            lp[(b * H + h0 + i / rows) * T + m + i % rows]);
-          }
-          // With dS = P (dP - delta): dV^T += dO^T P; dP = dO V^T; dQ / scale += dS K;
-          // dK^T += (scale Q)^T dS
-          nn_gemm(onednn, D, kb, n_rows, gt.data(), n_rows, P, kb, dvt.data() + n, T, true);
-          nn_gemm(onednn, n_rows, kb, D, gg.data(), D, vth + n, T, dp.data(), kb, false);
-          for (int64_t i = 0; i < n_rows; ++i) softmax_grad(P + i * kb, dp.data() + i * kb, kb, delta[i]);
-          nn_gemm(onednn, n_rows, D, kb, dp.data(), kb, kh + n * ks.t, ks.t, dqg.data(), D, n > 0);
-          nn_gemm(onednn, D, kb, n_rows, qt.data(), n_rows, dp.data(), kb, dkt.data() + n, T, true);
+          for_each_segment(L, m, n, kb, [&](int64_t i0, int64_t cnt, int64_t seen) {
+            const float* P = p.data() + i0 * kb;  // this segment's probabilities, row stride kb
+            if (saved) {
+              P = saved + (i0 / L.sub_size() * F.sub_size() + split * L.sub_size() + i0 % L.sub_size()) * kb;
+            } else {
+              nn_gemm(onednn, cnt, seen, D, qg.data() + i0 * D, D, kth + n, T, p.data() + i0 * kb, kb, false);  // S
+              for (int64_t i = i0; i < i0 + cnt; ++i)
+                probabilities(p.data() + i * kb, std::clamp<int64_t>(m + L.row(i) - n + 1, 0, seen), seen,
+                              lp[(b * H + h0 + L.head(i)) * T + m + L.row(i)]);
+            }
+            // With dS = P (dP - delta): dV^T += dO^T P; dP = dO V^T; dQ / scale += dS K;
+            // dK^T += (scale Q)^T dS
+            float* dS = dp.data() + i0 * kb;
+            nn_gemm(onednn, D, seen, cnt, gt.data() + i0, n_rows, P, kb, dvt.data() + n, T, true);
+            nn_gemm(onednn, cnt, seen, D, gg.data() + i0 * D, D, vth + n, T, dS, kb, false);
+            for (int64_t i = 0; i < cnt; ++i) softmax_grad(P + i * kb, dS + i * kb, seen, delta[i0 + i]);
+            nn_gemm(onednn, cnt, D, seen, dS, kb, kh + n * ks.t, ks.t, dqg.data() + i0 * D, D, n > 0);
+            nn_gemm(onednn, D, seen, cnt, qt.data() + i0, n_rows, dS, kb, dkt.data() + n, T, true);
+          });
         }
         for (int64_t i = 0; i < n_rows; ++i) {
-          float* to = dqp + (b * T + m + i % rows) * H * D + (h0 + i / rows) * D;
+          float* to = dqp + (b * T + m + L.row(i)) * H * D + (h0 + L.head(i)) * D;
           for (int64_t d = 0; d < D; ++d) to[d] = dqg[i * D + d] * scale;
         }
       }
