@@ -249,8 +249,10 @@ struct AttnStrides {
 // queries, sub-block first, then head (subs 1: head-major). Sub-block s sees
 // keys up to m + (s + 1) sub_rows, so the diagonal key block's GEMMs skip the
 // future of all but the last sub-block: of the diagonal's masked half, 1 /
-// subs is computed. Sub-blocks are cut only where each keeps 64 rows
-// (diagonal_subs), and only for a whole query block.
+// subs is computed. Sub-blocks are cut only for a whole query block, and
+// as many as keep 64 rows each in the forward (diagonal_subs of the group);
+// a backward task with fewer heads (a group split over threads) keeps the
+// forward's cut, whose probabilities it may read, with smaller GEMMs.
 struct BlockRows {
   int64_t heads, rows, subs, sub_rows;
   BlockRows(int64_t heads, int64_t rows, int64_t subs)
