@@ -10,9 +10,9 @@
 // with it (grouped-query attention: 4 x 64 rows against the keys, not four
 // GEMMs of 64). Same math as flash attention
 // (an online softmax over key blocks; the backward recomputes the
-// probabilities from the saved log-sum-exp, except at T <= 512, where it
-// keeps them: set_cpu_attention_probs); results equal SDPA's up to float
-// rounding. The backward's tasks and the order its K/V gradients are summed
+// probabilities from the saved log-sum-exp, or, asked to at T <= 512, reads
+// the ones the forward kept: set_cpu_attention_probs); results equal SDPA's
+// up to float rounding. The backward's tasks and the order its K/V gradients are summed
 // in depend only on the shapes and the thread count, so a run repeats bit for
 // bit at a given thread count (across thread counts a GEMM may be rounded
 // differently, as in every linear layer).
@@ -57,12 +57,13 @@ void set_cpu_attention_gemm(CpuAttentionGemm gemm);
 
 // Whether the forward keeps its attention probabilities for the backward,
 // which then reads them instead of recomputing them (one GEMM of the
-// backward's five, and its exponentials). kAuto (the default) and kSave keep
-// them where one key block holds every key (T <= 512): H x ~T^2 / 2 floats
-// per sequence and layer, about 9 KiB a token a layer at H 8, T 512; longer
-// sequences always recompute. kRecompute never keeps them (flash attention's
-// memory), as KEEL_CPU_ATTENTION_PROBS=recompute does; kSave is
-// KEEL_CPU_ATTENTION_PROBS=save.
+// backward's five, and its exponentials). kSave keeps them where one key
+// block holds every key (T <= 512): H x ~T^2 / 2 floats per sequence and
+// layer, about 9 KiB a token a layer at H 8, T 512; longer sequences always
+// recompute. kAuto (the default) and kRecompute never keep them (flash
+// attention's memory): with them kept, an interrupted training run has died
+// of heap corruption, cause not yet found (docs/speed.md, "CPU kernels").
+// KEEL_CPU_ATTENTION_PROBS=save|recompute sets it for a process.
 enum class CpuAttentionProbs { kAuto, kSave, kRecompute };
 void set_cpu_attention_probs(CpuAttentionProbs probs);
 

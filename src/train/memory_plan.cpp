@@ -33,7 +33,7 @@ struct BlockBytes {
 struct CpuKernels {
   bool glu = false;        // fused_cpu_glu keeps gate and up, not act(gate)
   bool attention = false;  // cpu_causal_attention writes its output laid out for the output projection
-  double probs = 0;        // and keeps this many probabilities per token and query head (T <= 512)
+  double probs = 0;        // and keeps this many probabilities per token and query head (kSave, T <= 512)
 };
 
 BlockBytes block_bytes_per_token(const ModelConfig& m, double r, double b, CpuKernels cpu) {
@@ -193,7 +193,7 @@ MemoryPlan plan_memory(const Config& cfg, const MemoryPlanOptions& options) {
   plan.assumptions = {
       "activations: the tensors keel's block keeps for backward, counted per token (docs/data-parallel.md, "
       "\"Memory\"); attention by a fused kernel (flash, cuDNN, memory-efficient), whose saved state grows with "
-      "T, not T^2, except keel's CPU kernel at T <= 512, which keeps its probabilities (about T^2 / 2 a head)",
+      "T, not T^2, except keel's CPU kernel asked to keep its probabilities at T <= 512 (about T^2 / 2 a head)",
       "a micro-batch's peak: the fixed state + the head's gradient + batch x kept for backward + the larger of the "
       "logits chunk and batch x backward's working set",
   };

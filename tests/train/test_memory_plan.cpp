@@ -129,8 +129,8 @@ TEST(MemoryPlan, TheDocumentMaskCountsItsTSquaredTerms) {
   EXPECT_EQ(keel::plan_memory(cfg, o).mask_per_seq, 0);
 }
 
-// keel's CPU attention keeps its probabilities at T <= 512 (about 9 KiB a
-// token a layer on bench-cpu); the plan counts them in every kept block.
+// keel's CPU attention, asked to, keeps its probabilities at T <= 512 (about
+// 9 KiB a token a layer on bench-cpu); the plan counts them in every kept block.
 TEST(MemoryPlan, CountsTheProbabilitiesTheCpuAttentionKeeps) {
   const Config cfg = bench_cpu();
   MemoryPlanOptions o;
@@ -139,10 +139,10 @@ TEST(MemoryPlan, CountsTheProbabilitiesTheCpuAttentionKeeps) {
   if (!keel::cpu_causal_attention_applies(torch::kCPU, torch::kFloat32)) GTEST_SKIP() << "the CPU attention is off";
   keel::set_cpu_attention_probs(keel::CpuAttentionProbs::kSave);
   const MemoryPlan kept = keel::plan_memory(cfg, o);
+  const double probs = static_cast<double>(keel::cpu_causal_attention_saved_probs(T));
   keel::set_cpu_attention_probs(keel::CpuAttentionProbs::kRecompute);
   const MemoryPlan recomputed = keel::plan_memory(cfg, o);
   keel::set_cpu_attention_probs(keel::CpuAttentionProbs::kAuto);
-  const double probs = static_cast<double>(keel::cpu_causal_attention_saved_probs(T));
   ASSERT_GT(probs, 0);
   EXPECT_NEAR(kept.saved_per_seq - recomputed.saved_per_seq,
               4.0 * probs * static_cast<double>(cfg.model.n_heads * cfg.model.n_layers), 1.0);
