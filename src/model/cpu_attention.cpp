@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "model/cpu_parallel.h"
@@ -45,15 +47,27 @@ constexpr bool kHasBrgemm = true;  // this LibTorch exports ATen's fp32 cpublas:
 constexpr bool kHasBrgemm = false;
 #endif
 
-// The back end asked for: set_cpu_attention_gemm, else KEEL_CPU_ATTENTION_GEMM.
+// A setting of this kernel: what its setter stored (`set`), unless that is
+// kAuto, else the environment variable's value among `names` (read once, in
+// `env`), else kAuto.
+template <class E>
+E requested(const std::atomic<E>& set, const E& env) {
+  const E v = set.load();
+  return v != E::kAuto ? v : env;
+}
+template <class E>
+E from_env(const char* var, std::initializer_list<std::pair<const char*, E>> names) {
+  const char* e = std::getenv(var);
+  for (const auto& [name, value] : names)
+    if (e && std::strcmp(e, name) == 0) return value;
+  return E::kAuto;
+}
+
+// The back end asked for: set_cpu_attention_gemm, else KEEL_CPU_ATTENTION_GEMM=blas|onednn.
 CpuAttentionGemm requested_attention_gemm() {
-  static const CpuAttentionGemm env = [] {
-    const char* e = std::getenv("KEEL_CPU_ATTENTION_GEMM");
-    if (e && std::strcmp(e, "blas") == 0) return CpuAttentionGemm::kBlas;
-    if (e && std::strcmp(e, "onednn") == 0) return CpuAttentionGemm::kOneDnn;
-    return CpuAttentionGemm::kAuto;
-  }();
-  return g_gemm.load() != CpuAttentionGemm::kAuto ? g_gemm.load() : env;
+  static const auto env = from_env<CpuAttentionGemm>(
+      "KEEL_CPU_ATTENTION_GEMM", {{"blas", CpuAttentionGemm::kBlas}, {"onednn", CpuAttentionGemm::kOneDnn}});
+  return requested(g_gemm, env);
 }
 
 // Whether a call with T tokens runs its blocks' GEMMs on oneDNN's brgemm
@@ -83,13 +97,9 @@ bool use_brgemm(int64_t T) {
 // The probabilities policy asked for: set_cpu_attention_probs, else
 // KEEL_CPU_ATTENTION_PROBS=save|recompute.
 CpuAttentionProbs requested_attention_probs() {
-  static const CpuAttentionProbs env = [] {
-    const char* e = std::getenv("KEEL_CPU_ATTENTION_PROBS");
-    if (e && std::strcmp(e, "save") == 0) return CpuAttentionProbs::kSave;
-    if (e && std::strcmp(e, "recompute") == 0) return CpuAttentionProbs::kRecompute;
-    return CpuAttentionProbs::kAuto;
-  }();
-  return g_probs.load() != CpuAttentionProbs::kAuto ? g_probs.load() : env;
+  static const auto env = from_env<CpuAttentionProbs>(
+      "KEEL_CPU_ATTENTION_PROBS", {{"save", CpuAttentionProbs::kSave}, {"recompute", CpuAttentionProbs::kRecompute}});
+  return requested(g_probs, env);
 }
 
 // Whether the forward keeps its probabilities for the backward at T tokens.
