@@ -23,6 +23,7 @@
 #include "util/fs.h"
 #include "util/json.h"
 #include "util/log.h"
+#include "util/stop_signal.h"
 #include "util/text.h"
 
 extern char** environ;
@@ -72,7 +73,13 @@ int run_python(const std::string& python, const std::vector<std::string>& args) 
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid;
-  if (posix_spawn(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return 127;
+  posix_spawnattr_t attr;  // the signal mask keel started with (util/stop_signal.h)
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setsigmask(&attr, &original_signal_mask());
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  const int spawned = posix_spawn(&pid, python.c_str(), nullptr, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
+  if (spawned != 0) return 127;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -5,8 +5,10 @@
 
 #include "cli/commands.h"
 #include "util/error.h"
+#include "util/stop_signal.h"
 
 int main(int argc, char** argv) {
+  keel::route_stop_signals();  // before any thread starts (util/stop_signal.h: why)
   CLI::App app{"keel: pretrain small decoder-only transformers and study their stability"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("keel ") + KEEL_VERSION);

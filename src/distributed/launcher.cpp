@@ -19,6 +19,7 @@
 #include "util/child_process.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/stop_signal.h"
 
 namespace keel {
 
@@ -87,6 +88,7 @@ int launch_workers(const LaunchOptions& o) {
       argv.push_back(const_cast<char*>(exe.c_str()));
       for (const auto& a : o.worker_args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
+      restore_signal_mask_in_child();
       execv(exe.c_str(), argv.data());
       write_stderr("keel launch: exec " + exe + " failed: " + std::strerror(errno) + "\n");
       _exit(127);

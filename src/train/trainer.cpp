@@ -3,6 +3,8 @@
 // until the last step or an agreed stop.
 #include "train/trainer.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -302,7 +304,12 @@ void Trainer::print_settings() {
 StepReport Trainer::train_step(const StepPlan& plan) {
   const int64_t index = plan.step - 1;
   if (plan.step == faults_.kill_at_step) std::raise(SIGKILL);  // injected fault: this rank dies
-  if (plan.step == faults_.sigterm_at_step) std::raise(SIGTERM);  // ... or is asked to stop after this step
+  // ... or is asked to stop after this step: SIGTERM to the process, as a scheduler sends it (keel-signals takes
+  // it, util/stop_signal.h), then a wait for the flag that thread sets.
+  if (plan.step == faults_.sigterm_at_step) {
+    ::kill(::getpid(), SIGTERM);
+    for (int ms = 0; ms < 5000 && !stop_requested(); ++ms) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   while (plan.step == faults_.hang_at_step) std::this_thread::sleep_for(std::chrono::seconds(1));  // ... or hangs
   StepRunner& runner = *parts_.runner;
   const bool graphed = runner.graph_mode();

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "util/stop_signal.h"
+
 extern char** environ;
 
 namespace keel {
@@ -54,6 +56,7 @@ pid_t start_logged_child(const std::vector<std::string>& args, const std::string
     }
     const int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
+    restore_signal_mask_in_child();
     execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }

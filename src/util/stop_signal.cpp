@@ -1,11 +1,13 @@
 #include "util/stop_signal.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 namespace keel {
 
@@ -57,7 +59,47 @@ const char* signal_name(int sig) {
   }
 }
 
+sigset_t g_original_mask;  // before route_stop_signals; empty until it runs
+
+// The routed signals' own thread: each one that comes runs what is installed
+// for it now, as the kernel would have on whichever thread it picked.
+void run_routed_signals(sigset_t routed) {
+  for (;;) {
+    siginfo_t info{};
+    const int sig = sigwaitinfo(&routed, &info);
+    if (sig < 0) continue;  // EINTR
+    struct sigaction now {};
+    sigaction(sig, nullptr, &now);
+    if (now.sa_flags & SA_SIGINFO) {
+      now.sa_sigaction(sig, &info, nullptr);
+    } else if (now.sa_handler == SIG_DFL) {  // SIGINT's and SIGTERM's default: the process ends by the signal
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, sig);
+      pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+      ::raise(sig);
+    } else if (now.sa_handler != SIG_IGN) {
+      now.sa_handler(sig);
+    }
+  }
+}
+
 }  // namespace
+
+void route_stop_signals() {
+  sigset_t routed;
+  sigemptyset(&routed);
+  sigaddset(&routed, SIGINT);
+  sigaddset(&routed, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &routed, &g_original_mask);
+  std::thread waiter(run_routed_signals, routed);
+  pthread_setname_np(waiter.native_handle(), "keel-signals");
+  waiter.detach();
+}
+
+void restore_signal_mask_in_child() { sigprocmask(SIG_SETMASK, &g_original_mask, nullptr); }
+
+const sigset_t& original_signal_mask() { return g_original_mask; }
 
 void install_stop_handlers(bool second_signal_kills) {
   g_stop_signal.store(0);

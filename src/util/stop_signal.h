@@ -3,11 +3,31 @@
 // prepare). The handler only records the signal; the work polls for it.
 #pragma once
 
+#include <csignal>
 #include <string>
 
 #include "util/error.h"
 
 namespace keel {
+
+// Called first in main(), before any thread starts: blocks SIGINT and
+// SIGTERM in this thread, so in every thread started after it, and starts one
+// thread ("keel-signals") that waits for them and runs whatever is installed
+// for them (the handlers below, a sweep's or a launcher's own, or the default
+// action). No thread that computes is ever interrupted by them. Why: the JIT
+// f32 GEMM kernels of the oneDNN inside LibTorch (3.10 in PyTorch 2.11) point
+// the stack pointer into the heap while they run, so a signal delivered to a
+// thread inside one writes its frame over the heap (oneDNN issue 4845, fixed
+// upstream by PR 4855): a training run interrupted by SIGINT died of
+// "corrupted size vs. prev_size" about once in 150 tries, and at once under a
+// stream of signals (tests/cli/test_exit_codes.cpp). A signal another tool
+// sends (a sampling profiler's SIGPROF) is not routed and can still do that.
+void route_stop_signals();
+// For a child between fork and exec (async-signal-safe), and posix_spawn:
+// the signal mask the process had before route_stop_signals, so a program
+// keel starts gets SIGINT and SIGTERM as usual.
+void restore_signal_mask_in_child();
+const sigset_t& original_signal_mask();
 
 // Installs the handlers and clears any earlier request. With
 // `second_signal_kills`, a second signal while the first is still being

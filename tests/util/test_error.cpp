@@ -2,15 +2,19 @@
 // one place that decides, so a regression here changes every command.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
 #include <stdexcept>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "util/child_process.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/stop_signal.h"
@@ -101,6 +105,96 @@ TEST(StopSignal, LeaveAtOnceEndsTheProcessOnlyInsideItsScope) {
   ASSERT_TRUE(WIFEXITED(status)) << err;
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << err;
   EXPECT_EQ(err, "keel: SIGTERM during a test's wait; nothing was written\n");
+}
+
+// Whether SIGINT and SIGTERM are both blocked in the calling thread.
+bool stop_signals_blocked() {
+  sigset_t m;
+  pthread_sigmask(SIG_BLOCK, nullptr, &m);
+  return sigismember(&m, SIGINT) == 1 && sigismember(&m, SIGTERM) == 1;
+}
+
+// Waits (at most 5 s) until stop_signal() is `sig`.
+bool saw_signal(int sig) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (keel::stop_signal() != sig && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return keel::stop_signal() == sig;
+}
+
+// Routed (keel's main): this thread and the threads it starts block SIGINT
+// and SIGTERM, a child started for a sweep point does not, and a signal sent
+// to the process still reaches what is installed for it: the stop flag, then
+// LeaveAtOnceOnStop's exit.
+TEST(StopSignal, RoutedSignalsRunWhatIsInstalledOnTheirOwnThread) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  char log[] = "/tmp/keel_test_routed_XXXXXX";
+  const int log_fd = mkstemp(log);
+  ASSERT_GE(log_fd, 0);
+  close(log_fd);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(fds[1], STDERR_FILENO);
+    if (stop_signals_blocked()) _exit(9);  // the test itself must start unblocked
+    keel::route_stop_signals();
+    if (!stop_signals_blocked()) _exit(10);
+    bool thread_blocks = false;
+    std::thread([&] { thread_blocks = stop_signals_blocked(); }).join();
+    if (!thread_blocks) _exit(11);
+    const pid_t kid = keel::start_logged_child({"/bin/grep", "SigBlk", "/proc/self/status"}, log);
+    int status = 0;
+    if (waitpid(kid, &status, 0) != kid || keel::exit_code_of(status) != 0) _exit(12);
+    const std::string line = keel::read_small_file(log);
+    const unsigned long long mask = std::stoull(line.substr(line.find(':') + 1), nullptr, 16);
+    if (mask & ((1ull << (SIGINT - 1)) | (1ull << (SIGTERM - 1)))) _exit(13);
+    keel::install_stop_handlers();
+    kill(getpid(), SIGINT);  // process-directed, as a shell sends it
+    if (!saw_signal(SIGINT)) _exit(14);
+    keel::install_stop_handlers();
+    keel::LeaveAtOnceOnStop leave("a routed wait");
+    kill(getpid(), SIGTERM);
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    _exit(15);  // not reached
+  }
+  close(fds[1]);
+  std::string err;
+  char buf[256];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  unlink(log);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << err;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << err;
+  EXPECT_EQ(err, "keel: SIGTERM during a routed wait; nothing was written\n");
+}
+
+// Routed, a second signal with second_signal_kills and a signal with no
+// handler end the process by the signal, as they would unrouted.
+TEST(StopSignal, RoutedSignalsStillKillWhereTheDefaultWould) {
+  for (const bool installed : {true, false}) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      keel::route_stop_signals();
+      if (installed) {
+        keel::install_stop_handlers(/*second_signal_kills=*/true);
+        kill(getpid(), SIGINT);
+        if (!saw_signal(SIGINT)) _exit(10);
+      } else {
+        signal(SIGINT, SIG_DFL);
+      }
+      kill(getpid(), SIGINT);
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      _exit(11);  // not reached
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "installed " << installed << ": exit " << WEXITSTATUS(status);
+    EXPECT_EQ(WTERMSIG(status), SIGINT) << "installed " << installed;
+  }
 }
 
 }  // namespace
