@@ -107,12 +107,8 @@ CpuAttentionProbs requested_attention_probs() {
 // scores then end as e^(s - row max) of the final max, and one multiplication
 // by 1 / row sum makes them the probabilities. Above that the earlier key
 // blocks' values were taken against an older max, and the memory grows as T^2.
-// Off unless asked for (kSave): a training run interrupted by SIGINT died of
-// heap corruption in about 1 of 15 tries with it on (tests/cli/
-// test_exit_codes.cpp, SigintStopsTrainingCleanlyWith130) and in none of 50
-// without; the cause is not found yet.
 bool save_probabilities(int64_t T) {
-  return T <= kKeyBlock && requested_attention_probs() == CpuAttentionProbs::kSave;
+  return T <= kKeyBlock && requested_attention_probs() != CpuAttentionProbs::kRecompute;
 }
 
 // Floats of one head's saved probabilities before query block `block`: the

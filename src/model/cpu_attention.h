@@ -60,9 +60,8 @@ void set_cpu_attention_gemm(CpuAttentionGemm gemm);
 // backward's five, and its exponentials). kSave keeps them where one key
 // block holds every key (T <= 512): H x ~T^2 / 2 floats per sequence and
 // layer, about 9 KiB a token a layer at H 8, T 512; longer sequences always
-// recompute. kAuto (the default) and kRecompute never keep them (flash
-// attention's memory): with them kept, an interrupted training run has died
-// of heap corruption, cause not yet found (docs/speed.md, "CPU kernels").
+// recompute. kAuto (the default) keeps them as kSave does; kRecompute never
+// keeps them (flash attention's memory, for a run short of memory).
 // KEEL_CPU_ATTENTION_PROBS=save|recompute sets it for a process.
 enum class CpuAttentionProbs { kAuto, kSave, kRecompute };
 void set_cpu_attention_probs(CpuAttentionProbs probs);

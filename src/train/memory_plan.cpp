@@ -33,7 +33,7 @@ struct BlockBytes {
 struct CpuKernels {
   bool glu = false;        // fused_cpu_glu keeps gate and up, not act(gate)
   bool attention = false;  // cpu_causal_attention writes its output laid out for the output projection
-  double probs = 0;        // and keeps this many probabilities per token and query head (kSave, T <= 512)
+  double probs = 0;        // and keeps this many probabilities per token and query head (T <= 512, unless recomputed)
 };
 
 BlockBytes block_bytes_per_token(const ModelConfig& m, double r, double b, CpuKernels cpu) {
