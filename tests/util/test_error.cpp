@@ -68,6 +68,17 @@ TEST(StopSignal, ThrowsInterruptedOnlyAfterASignal) {
   EXPECT_FALSE(keel::stop_requested());
 }
 
+// The parent's side of a pipe a forked child writes its stderr to: all of it,
+// until the child ends.
+std::string read_child_stderr(int fds[2]) {
+  close(fds[1]);
+  std::string err;
+  char buf[256];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  return err;
+}
+
 // Inside LeaveAtOnceOnStop a signal ends the process at once with 128 + N and
 // a line naming what it interrupted; outside it the flag is only set again;
 // a signal that came before it is thrown on entry, and leaves it disarmed.
@@ -95,11 +106,7 @@ TEST(StopSignal, LeaveAtOnceEndsTheProcessOnlyInsideItsScope) {
     raise(SIGTERM);
     _exit(12);  // not reached
   }
-  close(fds[1]);
-  std::string err;
-  char buf[256];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
+  const std::string err = read_child_stderr(fds);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << err;
@@ -158,11 +165,7 @@ TEST(StopSignal, RoutedSignalsRunWhatIsInstalledOnTheirOwnThread) {
     std::this_thread::sleep_for(std::chrono::seconds(10));
     _exit(15);  // not reached
   }
-  close(fds[1]);
-  std::string err;
-  char buf[256];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
+  const std::string err = read_child_stderr(fds);
   unlink(log);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
