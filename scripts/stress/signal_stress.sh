@@ -61,7 +61,8 @@ cc -O2 -shared -fPIC -o "$tools/handler.so" "$tools/handler.c"
 cc -O2 -o "$tools/sender" "$tools/sender.c"
 
 mkdir -p "$out"
-echo "signal_stress: $config, $runs runs of $steps steps, SIGUSR1 every $us us;$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)
+echo "signal_stress: $config, $runs runs of $steps steps, SIGUSR1 every $us us;$cpu"
 failed=0
 for i in $(seq 1 "$runs"); do
   log="$out/run-$i.log"

@@ -17,7 +17,8 @@ def write_config(tmp_path, extra=""):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(corpus_sample(lines=800, documents=0)) + "\n")
     config = tmp_path / "tiny.yaml"
-    config.write_text(f"""model: {{vocab_size: 320, max_seq_len: 32, d_model: 32, n_layers: 1, n_heads: 2, n_kv_heads: 1}}
+    config.write_text(f"""\
+model: {{vocab_size: 320, max_seq_len: 32, d_model: 32, n_layers: 1, n_heads: 2, n_kv_heads: 1}}
 data: {{dir: {tmp_path / 'data'}, sources: [{corpus}], val_fraction: 0.1}}
 train: {{max_steps: 1000, batch_size: 4, lr: 1.0e-3, warmup_steps: 1, eval_every: 0, threads: 1{extra}}}
 checkpoint: {{every: 0}}
