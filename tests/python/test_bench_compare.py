@@ -6,6 +6,7 @@ inductor a cache of its own (an avx2 torch.compile run died in kernels
 cached under AVX-512)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -35,6 +36,17 @@ def test_one_round_gives_ratios_and_the_kernel_isa_of_each_side(tmp_path):
     assert isa["keel"]["aten"] == "AVX2" and isa["eager"]["aten"] == "AVX2", isa
     assert isa["keel"]["keel"] in ("avx512f", "avx2"), isa
     assert "kernel ISA: " in out.stdout
+    # The same records read by scripts/bench/pool_sittings.py (a copy as a
+    # second sitting): the fields it pools are the ones these records have.
+    shutil.copytree(tmp_path / "records", tmp_path / "records2")
+    pooled = subprocess.run([sys.executable, str(REPO / "scripts/bench/pool_sittings.py"), "--modes", "eager",
+                             "--resamples", "100", "--json", str(tmp_path / "pooled.json"),
+                             str(tmp_path / "records"), str(tmp_path / "records2")],
+                            capture_output=True, text=True, timeout=120)
+    assert pooled.returncode == 0, pooled.stderr
+    p = json.loads((tmp_path / "pooled.json").read_text())
+    assert p["config"] == "bench-cpu-tiny" and p["kernel_isa"]["keel"]["aten"] == "AVX2"
+    assert abs(p["pooled"]["keel/eager"]["mean_of_sittings"] - r) < 1e-12
 
 
 def test_an_unknown_argument_is_exit_2(tmp_path):
