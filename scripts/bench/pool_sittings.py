@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 MAX_ROUNDS = 1000  # a sitting has a handful; more means the wrong directory
+MAX_RECORD_BYTES = 16 << 20  # a bench record is a few KiB
 
 
 def fail(msg):
@@ -30,12 +31,14 @@ def fail(msg):
 
 def load(path):
     try:
+        if path.stat().st_size > MAX_RECORD_BYTES:
+            fail(f"{path}: {path.stat().st_size} bytes, more than a bench record's {MAX_RECORD_BYTES}")
         rec = json.loads(path.read_text())
         tps = float(rec["tokens_per_s"])
         isa = (rec.get("host") or {}).get("kernel_isa") or rec.get("kernel_isa")
         return {"config": rec["config"], "parameters": int(rec["parameters"]), "tokens_per_s": tps, "isa": isa,
                 "load": (rec.get("load_average") or [None])[0]}
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
         fail(f"{path}: not a bench record ({type(e).__name__}: {e})")
 
 

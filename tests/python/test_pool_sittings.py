@@ -69,6 +69,13 @@ def test_records_that_must_not_be_pooled_are_exit_2_naming_the_file(tmp_path):
     (a / "eager-1.json").write_text("{not json")
     out = pool(a)
     assert out.returncode == 2 and "a/eager-1.json: not a bench record" in out.stderr, out.stderr
+    (a / "eager-1.json").write_text("[" * 100000)
+    out = pool(a)
+    assert out.returncode == 2 and "a/eager-1.json: not a bench record" in out.stderr, out.stderr
+    with open(a / "eager-1.json", "wb") as f:  # sparse: 17 MiB of nothing, past the bound
+        f.truncate(17 << 20)
+    out = pool(a)
+    assert out.returncode == 2 and "more than a bench record's" in out.stderr, out.stderr
     (a / "eager-1.json").unlink()
     out = pool(a)
     assert out.returncode == 2 and "a/eager-1.json: missing" in out.stderr, out.stderr
