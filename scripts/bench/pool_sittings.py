@@ -110,19 +110,18 @@ def main(argv=None):
     report = {"config": first["keel"][0]["config"], "parameters": first["keel"][0]["parameters"],
               "kernel_isa": {side: first[side][0]["isa"] for side in ["keel", *modes]},
               "sittings": [], "pooled": {}}
-    for s in sittings:
+    tokens = [{side: [r["tokens_per_s"] for r in s[side]] for side in ["keel", *modes]} for s in sittings]
+    for s, t in zip(sittings, tokens):
         loads = [r["load"] for side in ["keel", *modes] for r in s[side] if r["load"] is not None]
         row = {"dir": s["dir"], "rounds": len(s["keel"]), "load_1min": [min(loads), max(loads)] if loads else None}
         for m in modes:
-            k = [r["tokens_per_s"] for r in s["keel"]]
-            o = [r["tokens_per_s"] for r in s[m]]
-            row[f"keel/{m}"] = ratio_of_medians(k, o)
-            row[f"keel/{m} rounds"] = [x / y for x, y in zip(k, o)]
+            row[f"keel/{m}"] = ratio_of_medians(t["keel"], t[m])
+            row[f"keel/{m} rounds"] = [x / y for x, y in zip(t["keel"], t[m])]
         report["sittings"].append(row)
 
     for m in modes:
-        pairs = [([r["tokens_per_s"] for r in s["keel"]], [r["tokens_per_s"] for r in s[m]]) for s in sittings]
-        estimate = statistics.fmean(ratio_of_medians(k, o) for k, o in pairs)
+        pairs = [(t["keel"], t[m]) for t in tokens]
+        ratios = [row[f"keel/{m}"] for row in report["sittings"]]
         boot = []
         for _ in range(a.resamples):
             chosen = [pairs[rng.randrange(len(pairs))] for _ in pairs]
@@ -133,10 +132,10 @@ def main(argv=None):
             boot.append(statistics.fmean(vals))
         boot.sort()
         lo, hi = boot[int(0.025 * len(boot))], boot[int(0.975 * len(boot)) - 1]
-        entry = {"mean_of_sittings": estimate, "ci95": [lo, hi]}
+        entry = {"mean_of_sittings": statistics.fmean(ratios), "ci95": [lo, hi]}
         if m in targets:
             entry["target"] = targets[m]
-            entry["sittings_at_or_above"] = sum(ratio_of_medians(k, o) >= targets[m] for k, o in pairs)
+            entry["sittings_at_or_above"] = sum(r >= targets[m] for r in ratios)
         report["pooled"][f"keel/{m}"] = entry
 
     print(f"pool_sittings: {report['config']} ({report['parameters']:,} parameters), {len(sittings)} sittings, "
