@@ -109,6 +109,15 @@ torch::Tensor to_compute_dtype(const torch::Tensor& x) {
   return x.scalar_type() == dtype ? x : x.to(dtype);
 }
 
+// y in the dtype of the q, k or v it normalised. Under CUDA autocast a
+// LayerNorm runs in fp32 (and so did L2's norm), so its output would carry
+// fp32 through RoPE and the temperature to SDPA, which casts it back anyway:
+// twice the bytes of every pass in between. The RMS path stays in the input's
+// dtype already.
+static torch::Tensor in_dtype_of(const torch::Tensor& x, const torch::Tensor& y) {
+  return y.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
+}
+
 // t: [B, T, heads, head_dim], normalised over groups of heads/groups
 // consecutive heads: the whole projection (OLMo 2), each head (Qwen3), or in
 // between.
@@ -116,7 +125,7 @@ torch::Tensor AttentionImpl::normalize_qk(const torch::Tensor& t, Norm& norm) {
   if (!norm) return t;
   const int64_t heads = t.size(2), groups = heads == n_heads_ ? q_groups_ : k_groups_;
   auto grouped = t.reshape({t.size(0), t.size(1), groups, heads / groups * t.size(3)});
-  return norm->forward(grouped).view(t.sizes());
+  return in_dtype_of(t, norm->forward(grouped).view(t.sizes()));
 }
 
 torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -239,7 +248,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   // q, k and v in one GEMM, on the input cast once (to_compute_dtype). shape: [B, T, q_dim + 2 kv_dim]
   auto qkv = fused_linear(to_compute_dtype(x), {{wq, bq, wq_sigma}, {wk, bk, wk_sigma}, {wv, bv, wv_sigma}});
   // One norm over the fused [q, k, v] output (Rybakov et al. 2024, "QKV_norm").
-  if (qkv_norm) qkv = qkv_norm->forward(qkv);
+  if (qkv_norm) qkv = in_dtype_of(qkv, qkv_norm->forward(qkv));
   // Views, not copies; split's backward is one cat (narrow's would zero-fill three full-width tensors).
   auto parts = qkv.split_with_sizes({q_dim, kv_dim, kv_dim}, -1);
   auto q = parts[0].view({B, T, n_heads_, head_dim_});  // shape: [B, T, H, D], row stride q_dim + 2 kv_dim

@@ -81,8 +81,11 @@ class AttentionImpl : public torch::nn::Module {
   // model.sigma_reparam: wq_sigma ... wo_sigma (null when off).
   SigmaReparam wq_sigma{nullptr}, wk_sigma{nullptr}, wv_sigma{nullptr}, wo_sigma{nullptr};
 
- private:
+  // The QK-Norm as forward applies it: t [B, T, heads, head_dim] through
+  // q_norm or k_norm (identity where null), in t's dtype.
   torch::Tensor normalize_qk(const torch::Tensor& t, Norm& norm);
+
+ private:
   // Masked attention takes varlen_document_attention: asked for, on CUDA, in flash's dtypes and head sizes.
   bool varlen_eligible(torch::Device device, torch::ScalarType dtype) const;
   int64_t n_heads_, n_kv_heads_, head_dim_;

@@ -410,6 +410,35 @@ TEST(Cuda, LossFallsUnderBf16Autocast) {
   EXPECT_LT(last, first - 2.0) << first << " -> " << last;
 }
 
+// Under autocast every QK-Norm hands q and k back in bf16, as they came from
+// the projection: CUDA autocast runs LayerNorm and L2's norm in fp32, and their
+// fp32 outputs carried RoPE and the temperature in fp32 to SDPA (the GPU check
+// measured L2 at 48% of the step, RMS at 16%). Values: the fp32 computation,
+// rounded.
+TEST(Cuda, QkNormKeepsTheComputeDtypeUnderAutocast) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  for (auto type : {NormKind::rms, NormKind::layernorm, NormKind::l2}) {
+    SCOPED_TRACE(static_cast<int>(type));
+    auto cfg = gpu_model();
+    cfg.qk_norm.type = type;
+    Transformer model = build_model(cfg, 1, torch::kCUDA);
+    auto* attn = model->blocks[0]->as<Block>()->attn.get();
+    torch::manual_seed(4);
+    auto q = (torch::randn({2, 64, cfg.n_heads, cfg.head_dim()}, torch::kCUDA) * 3).to(torch::kBFloat16);
+    torch::NoGradGuard no_grad;
+    const auto want = attn->normalize_qk(q.to(torch::kFloat32), attn->q_norm);
+    torch::Tensor got;
+    {
+      AutocastScope autocast(true, torch::kCUDA);
+      got = attn->normalize_qk(q, attn->q_norm);
+    }
+    EXPECT_EQ(got.scalar_type(), torch::kBFloat16);
+    const double err = (got.to(torch::kFloat32) - want).abs().max().item<double>();
+    const double scale = want.abs().max().item<double>();
+    EXPECT_LE(err, scale / 128) << "bf16 keeps 8 significant bits";
+  }
+}
+
 TEST(Cuda, CheckpointFromGpuResumesOnCpu) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   auto cfg = gpu_model();

@@ -1,6 +1,7 @@
 // QK-Norm (docs/papers.md#qk-norm-placements): every type (rms, layernorm, l2), scope (head,
 // projection), position (before/after RoPE) and gain layout equals the
 // reference forward, and each does what the published definition says.
+#include "model/fused_ops.h"
 #include "test_model_reference.h"
 
 using namespace keel_model_test;
@@ -374,6 +375,33 @@ TEST(QkNorm, LayerNormZeroMeanUnitVariancePerHead) {
   auto y = n->forward(x);
   EXPECT_TENSOR_NEAR(y.mean(-1), torch::zeros({2, 5, H}, torch::kFloat64), 0, 1e-10);
   EXPECT_TENSOR_NEAR(y.pow(2).mean(-1), torch::ones({2, 5, H}, torch::kFloat64), 0, 1e-6);
+}
+
+
+// L2 in bf16 on the composite path (what CUDA runs): the norm and the quotient
+// in fp32, rounded once, so every element is within half a bf16 ulp of the
+// exact x / ||x||. Dividing by a norm itself rounded to bf16 put a quarter of
+// them farther (up to 1.28 ulp), and under CUDA autocast the fp32 norm made
+// the quotient fp32: it must come back in x's dtype.
+TEST(QkNorm, L2InBf16RoundsOnceAndKeepsTheDtype) {
+  keel::CompositeOnly composite;
+  const int64_t D = 64;
+  keel::Norm n(keel::NormKind::l2, D, false, false, 1e-6, std::vector<int64_t>{D});
+  torch::manual_seed(5);
+  auto x = (torch::randn({4096, D}) * 3).to(torch::kBFloat16);
+  torch::Tensor y;
+  {
+    torch::NoGradGuard no_grad;
+    y = n->forward(x);
+  }
+  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+  auto xd = x.to(torch::kFloat64);
+  auto exact = xd / xd.norm(2, -1, true).clamp_min(1e-6);
+  auto yd = y.to(torch::kFloat64);
+  // One bf16 ulp at each value: 2^(exponent - 7), 8 significant bits.
+  auto ulp = torch::pow(2.0, torch::floor(torch::log2(torch::maximum(exact.abs(), yd.abs()))) - 7);
+  auto over = ((yd - exact).abs() > 0.5 * ulp * (1 + 1e-4)).sum().item<int64_t>();
+  EXPECT_EQ(over, 0) << "elements more than half an ulp from x / ||x||";
 }
 
 }  // namespace
