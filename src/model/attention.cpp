@@ -110,10 +110,9 @@ torch::Tensor to_compute_dtype(const torch::Tensor& x) {
 }
 
 // y in the dtype of the q, k or v it normalised. Under CUDA autocast a
-// LayerNorm runs in fp32 (and so did L2's norm), so its output would carry
-// fp32 through RoPE and the temperature to SDPA, which casts it back anyway:
-// twice the bytes of every pass in between. The RMS path stays in the input's
-// dtype already.
+// LayerNorm runs in fp32; its fp32 output would carry RoPE and the
+// temperature in fp32 to SDPA, which casts it back anyway: twice the bytes
+// of every pass in between.
 static torch::Tensor in_dtype_of(const torch::Tensor& x, const torch::Tensor& y) {
   return y.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
 }

@@ -61,9 +61,8 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
       if (auto fused = fused_cpu_row_norm(x, weight, dim, eps, /*l2=*/true); fused.defined()) return fused;
       // x / max(||x||, eps): unit vectors, so a dot product is a cosine. A bf16
       // or fp16 x gets its norm and quotient in fp32, rounded once to its own
-      // dtype: left to itself, CUDA autocast computes the norm in fp32 and the
-      // bf16 / fp32 quotient promotes, so q, k, RoPE and the temperature ran in
-      // fp32 after an L2 QK-Norm (and the CPU rounded the norm to bf16 first).
+      // dtype: CUDA autocast takes a vector norm in fp32, and the bf16 / fp32
+      // quotient would promote to fp32; a norm in bf16 would round twice.
       const auto acc = reduced ? c10::optional<at::ScalarType>(at::kFloat) : c10::nullopt;
       const auto n = at::linalg_vector_norm(x, 2, at::IntArrayRef{-1}, /*keepdim=*/true, acc).clamp_min(eps);
       y = reduced ? (x / n).to(x.scalar_type()) : x / n;

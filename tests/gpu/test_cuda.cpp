@@ -411,10 +411,9 @@ TEST(Cuda, LossFallsUnderBf16Autocast) {
 }
 
 // Under autocast every QK-Norm hands q and k back in bf16, as they came from
-// the projection: CUDA autocast runs LayerNorm and L2's norm in fp32, and their
-// fp32 outputs carried RoPE and the temperature in fp32 to SDPA (the GPU check
-// measured L2 at 48% of the step, RMS at 16%). Values: the fp32 computation,
-// rounded.
+// the projection, though CUDA autocast runs LayerNorm and vector norms in
+// fp32: fp32 q and k would carry RoPE and the temperature in fp32 to SDPA.
+// Values: the fp32 computation, rounded.
 TEST(Cuda, QkNormKeepsTheComputeDtypeUnderAutocast) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   for (auto type : {NormKind::rms, NormKind::layernorm, NormKind::l2}) {

@@ -377,12 +377,10 @@ TEST(QkNorm, LayerNormZeroMeanUnitVariancePerHead) {
   EXPECT_TENSOR_NEAR(y.pow(2).mean(-1), torch::ones({2, 5, H}, torch::kFloat64), 0, 1e-6);
 }
 
-
 // L2 in bf16 on the composite path (what CUDA runs): the norm and the quotient
 // in fp32, rounded once, so every element is within half a bf16 ulp of the
-// exact x / ||x||. Dividing by a norm itself rounded to bf16 put a quarter of
-// them farther (up to 1.28 ulp), and under CUDA autocast the fp32 norm made
-// the quotient fp32: it must come back in x's dtype.
+// exact x / ||x||, in x's dtype. A norm rounded to bf16 before the division
+// puts about a quarter of them farther.
 TEST(QkNorm, L2InBf16RoundsOnceAndKeepsTheDtype) {
   keel::CompositeOnly composite;
   const int64_t D = 64;
